@@ -1,0 +1,1 @@
+"""anchorlens: measure attention anchors in prompt-tuned language models."""

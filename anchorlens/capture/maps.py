@@ -1,0 +1,54 @@
+"""Full attention maps of one example, for notebooks and paper-style figures."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from anchorlens.roles.kinds import Role
+
+
+@dataclass
+class StackMaps:
+    """Maps of one attention stack of one example.
+
+    probs: [L, H, Q, K] float32 for the captured ``layers`` and ``heads`` (model indices), padding
+    removed. q_roles/k_roles: [Q]/[K] long ``Role`` values. q_tokens/k_tokens: token texts, with
+    inserted guidance positions named ``<capsule>``, ``<instance>``, ``<soft_prompt>``.
+    """
+
+    probs: torch.Tensor
+    layers: list[int]
+    heads: list[int]
+    q_roles: torch.Tensor
+    k_roles: torch.Tensor
+    q_tokens: list[str]
+    k_tokens: list[str]
+
+    def layer(self, layer: int) -> torch.Tensor:
+        """[H, Q, K] map of one model layer."""
+        return self.probs[self.layers.index(layer)]
+
+    def positions_of(self, role: Role | int, side: str = "k") -> list[int]:
+        """Indices of the query (``side='q'``) or key (``'k'``) positions having ``role``."""
+        roles = self.q_roles if side == "q" else self.k_roles
+        return [i for i, r in enumerate(roles.tolist()) if r == int(role)]
+
+
+@dataclass
+class AttentionMaps:
+    """All captured stacks of one example: ``stacks['decoder']`` etc., plus its identity."""
+
+    example_id: int
+    stacks: dict[str, StackMaps]
+
+    def __getitem__(self, stack: str) -> StackMaps:
+        return self.stacks[stack]
+
+    @property
+    def default_stack(self) -> str:
+        """The stack shown first: ``decoder`` for decoder-only, ``encoder`` otherwise."""
+        for name in ("decoder", "encoder"):
+            if name in self.stacks:
+                return name
+        return next(iter(self.stacks))

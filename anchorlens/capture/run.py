@@ -1,0 +1,47 @@
+"""Run a model on encoded batches with capture active."""
+from __future__ import annotations
+
+from typing import Iterable, Protocol
+
+import torch
+
+from anchorlens.capture.selection import Selection, Site
+from anchorlens.capture.session import CaptureSession, Sink, activate
+from anchorlens.roles.encoding import Encoded
+from anchorlens.roles.layout import LayoutProvider
+
+
+class CaptureTarget(Protocol):
+    """A base or guided model: its attention sites, its layouts and its forward."""
+
+    device: torch.device
+
+    def sites(self) -> list[tuple[Site, torch.nn.Module]]:
+        """Every (site, attention module) pair."""
+        ...
+
+    def layout(self, batch: Encoded) -> LayoutProvider:
+        """Roles of queries and keys at every site for this batch."""
+        ...
+
+    def forward(self, batch: Encoded, **kwargs):
+        """Run the model on the batch."""
+        ...
+
+
+def capture_batch(target: CaptureTarget, batch: Encoded, sink: Sink, selection: Selection = Selection()):
+    """Forward one batch with capture active; returns the model's outputs."""
+    batch = batch.to(target.device)
+    if hasattr(sink, "begin_batch"):
+        sink.begin_batch(batch)
+    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection)
+    with activate(session), torch.no_grad():
+        return target.forward(batch)
+
+
+def capture_batches(
+    target: CaptureTarget, batches: Iterable[Encoded], sink: Sink, selection: Selection = Selection()
+) -> None:
+    """Forward every batch with capture active, feeding the same sink."""
+    for batch in batches:
+        capture_batch(target, batch, sink, selection)

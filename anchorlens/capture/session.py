@@ -1,0 +1,93 @@
+"""The active capture session: which modules are sites, which heads, and where events go."""
+from __future__ import annotations
+
+import contextvars
+from contextlib import contextmanager
+from typing import Iterator, Protocol, Sequence
+
+import torch
+
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.selection import Selection, Site
+from anchorlens.roles.layout import LayoutProvider
+
+_ACTIVE: contextvars.ContextVar["CaptureSession | None"] = contextvars.ContextVar("anchorlens_capture", default=None)
+
+
+class Sink(Protocol):
+    """Receives every captured attention event."""
+
+    def consume(self, event: AttentionEvent) -> None:
+        """Handle one event (reduce it, store it...)."""
+        ...
+
+
+class CaptureSession:
+    """Maps attention modules to sites and forwards recomputed probabilities to a sink."""
+
+    def __init__(
+        self,
+        sites: Sequence[tuple[Site, torch.nn.Module]],
+        sink: Sink,
+        layout: LayoutProvider,
+        example_ids: torch.Tensor,
+        selection: Selection = Selection(),
+    ) -> None:
+        layers_per_stack: dict[str, int] = {}
+        for site, _ in sites:
+            layers_per_stack[site.stack] = max(layers_per_stack.get(site.stack, 0), site.layer + 1)
+        self._sites = {
+            id(module): site
+            for site, module in sites
+            if selection.accepts(site, layers_per_stack[site.stack])
+        }
+        self.sink = sink
+        self.layout = layout
+        self.example_ids = example_ids
+        self.heads = selection.heads
+        self._heads_cache: dict[torch.device, torch.Tensor] = {}
+
+    @property
+    def selected_sites(self) -> list[Site]:
+        """The sites this session records."""
+        return sorted(self._sites.values(), key=lambda s: (s.stack, s.layer))
+
+    def site_of(self, module: torch.nn.Module) -> Site | None:
+        """The site of an attention module, or None if it is not selected."""
+        return self._sites.get(id(module))
+
+    def heads_tensor(self, device: torch.device) -> torch.Tensor | None:
+        """[H_sel] long indices of the selected heads on ``device``, or None for all heads."""
+        if self.heads is None:
+            return None
+        if device not in self._heads_cache:
+            self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
+        return self._heads_cache[device]
+
+    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor) -> None:
+        """Build the event for ``probs`` [B, H, Q, K] at ``site`` and hand it to the sink."""
+        heads = self.heads_tensor(probs.device)
+        if heads is None:
+            heads = torch.arange(probs.shape[1], device=probs.device)
+        layout = self.layout.layout(site.stack, site.layer)
+        if layout.q.roles.shape[1] != probs.shape[2] or layout.k.roles.shape[1] != probs.shape[3]:
+            raise RuntimeError(
+                f"capture at {site.name}: attention is {tuple(probs.shape[2:])} (queries, keys) but the "
+                f"layout knows {layout.q.roles.shape[1]} queries and {layout.k.roles.shape[1]} keys"
+            )
+        self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids))
+
+
+def current() -> CaptureSession | None:
+    """The session active in this context, if any."""
+    return _ACTIVE.get()
+
+
+@contextmanager
+def activate(session: CaptureSession) -> Iterator[CaptureSession]:
+    """Make ``session`` the active one for the duration of the block."""
+    token = _ACTIVE.set(session)
+    try:
+        yield session
+    finally:
+        _ACTIVE.reset(token)

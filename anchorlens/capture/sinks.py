@@ -1,0 +1,106 @@
+"""Sinks that consume attention events: full maps for a few examples, or streaming reducers."""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.maps import AttentionMaps, StackMaps
+from anchorlens.capture.reducer import Reducer
+from anchorlens.roles.encoding import Encoded
+from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
+
+
+class StreamSink:
+    """Feeds every event to reducers; holds no map beyond the one being reduced."""
+
+    def __init__(self, reducers: Iterable[Reducer]) -> None:
+        self.reducers = list(reducers)
+        self.events = 0
+
+    def consume(self, event: AttentionEvent) -> None:
+        """Update every reducer with the event."""
+        for reducer in self.reducers:
+            reducer.update(event)
+        self.events += 1
+
+
+def _labels(roles: list[int], source_tokens: list[str]) -> list[str]:
+    """Token labels for valid positions: inserted guidance positions become ``<role>``."""
+    out, it = [], iter(source_tokens)
+    guidance = {int(r) for r in GUIDANCE_ROLES}
+    for r in roles:
+        out.append(f"<{Role(r).label}>" if r in guidance else next(it, "?"))
+    return out
+
+
+class MapSink:
+    """Keeps full [layers, heads, Q, K] maps (padding removed) of at most ``max_examples`` examples."""
+
+    def __init__(self, max_examples: int = 8) -> None:
+        self.max_examples = max_examples
+        self._parts: dict[int, dict[str, dict[int, tuple]]] = {}
+        self._tokens: dict[int, dict[str, list[str]]] = {}
+
+    def begin_batch(self, batch: Encoded) -> None:
+        """Remember the token texts of a batch about to run (needed for labels)."""
+        for row, ex in enumerate(batch.example_ids.tolist()):
+            valid = batch.attention_mask[row].bool().tolist()
+            seqs = {"input": [t for t, v in zip(batch.tokens[row], valid) if v]}
+            if batch.target_ids is not None:
+                seqs["target"] = [str(i) for i, v in zip(batch.target_ids[row].tolist(), batch.target_mask[row].tolist()) if v]
+            self._tokens[ex] = seqs
+
+    def consume(self, event: AttentionEvent) -> None:
+        """Store the valid part of each example's map at this site."""
+        for row, ex in enumerate(event.example_ids.tolist()):
+            if ex not in self._parts and len(self._parts) >= self.max_examples:
+                continue
+            qv = event.layout.q.valid[row]
+            kv = event.layout.k.valid[row]
+            probs = event.probs[row][:, qv][:, :, kv].detach().cpu().clone()
+            entry = (probs, event.heads.tolist(), event.layout.q.roles[row][qv].cpu(), event.layout.k.roles[row][kv].cpu())
+            self._parts.setdefault(ex, {}).setdefault(event.stack, {})[event.layer] = entry
+
+    def maps(self, stack_sequences: dict[str, tuple[str, str]]) -> list[AttentionMaps]:
+        """The collected maps, one ``AttentionMaps`` per example, in arrival order."""
+        out = []
+        for ex, stacks in self._parts.items():
+            built = {}
+            for stack, layers in stacks.items():
+                order = sorted(layers)
+                shapes = {layers[layer][0].shape for layer in order}
+                if len(shapes) != 1:
+                    raise RuntimeError(f"maps of stack {stack} differ in shape across layers: {sorted(shapes)}")
+                _, heads, q_roles, k_roles = layers[order[0]]
+                q_name, k_name = stack_sequences[stack]
+                toks = self._tokens.get(ex, {})
+                built[stack] = StackMaps(
+                    probs=torch.stack([layers[layer][0] for layer in order]),
+                    layers=order,
+                    heads=heads,
+                    q_roles=q_roles,
+                    k_roles=k_roles,
+                    q_tokens=_labels(q_roles.tolist(), toks.get(q_name, [])),
+                    k_tokens=_labels(k_roles.tolist(), toks.get(k_name, [])),
+                )
+            out.append(AttentionMaps(example_id=ex, stacks=built))
+        return out
+
+
+def fan_out(sinks: Sequence) -> "FanOut":
+    """One sink that forwards every event to several sinks."""
+    return FanOut(list(sinks))
+
+
+class FanOut:
+    """Forwards each event to every sink in order."""
+
+    def __init__(self, sinks: list) -> None:
+        self.sinks = sinks
+
+    def consume(self, event: AttentionEvent) -> None:
+        """Forward the event."""
+        for sink in self.sinks:
+            sink.consume(event)

@@ -1,0 +1,26 @@
+"""Adapter for BERT-style bidirectional encoders."""
+from __future__ import annotations
+
+import torch
+
+from anchorlens.models.adapters.base import ArchAdapter
+
+
+class BertAdapter(ArchAdapter):
+    """Blocks at ``encoder.layer[i]``, attention at ``.attention.self``; no causal mask."""
+
+    family = "bert"
+    model_types = ("bert",)
+    stack_sequences = {"encoder": ("input", "input")}
+    causal = False
+
+    def _core(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.bert if hasattr(model, "bert") else model
+
+    def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
+        """Encoder layers."""
+        return list(self._core(model).encoder.layer)
+
+    def attention_module(self, block: torch.nn.Module, stack: str) -> torch.nn.Module:
+        """``block.attention.self``."""
+        return block.attention.self

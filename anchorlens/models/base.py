@@ -1,0 +1,101 @@
+"""A loaded base model: HF model + tokenizer + architecture adapter, ready for capture."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from anchorlens.capture.selection import Site
+from anchorlens.models.adapters import ArchAdapter
+from anchorlens.roles.encoding import Encoded
+from anchorlens.roles.kinds import Role
+from anchorlens.roles.layout import StaticLayout
+from anchorlens.roles.templates import Rendered
+from anchorlens.roles.tokenize import encode
+
+
+@dataclass
+class Base:
+    """A frozen pretrained (or tiny random) model with its tokenizer and adapter."""
+
+    spec: str
+    model: torch.nn.Module
+    tokenizer: object
+    adapter: ArchAdapter
+
+    @property
+    def config(self):
+        """The HF config."""
+        return self.model.config
+
+    @property
+    def num_layers(self) -> int:
+        """Blocks in the first stack (decoder for decoder-only, encoder otherwise)."""
+        return self.adapter.num_layers(self.model)
+
+    @property
+    def hidden_size(self) -> int:
+        """Model width d."""
+        cfg = self.config
+        return int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model", None) or cfg.n_embd)
+
+    @property
+    def num_heads(self) -> int:
+        """Query heads per attention module."""
+        cfg = self.config
+        return int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "num_heads", None) or cfg.n_head)
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """True for T5-style models."""
+        return bool(getattr(self.config, "is_encoder_decoder", False))
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the model's parameters."""
+        return next(self.model.parameters()).device
+
+    def num_parameters(self) -> int:
+        """All parameters of the base model."""
+        return sum(p.numel() for p in self.model.parameters())
+
+    def fingerprint(self) -> dict:
+        """Shape facts a guidance checkpoint depends on, plus their short hash."""
+        facts = {
+            "model_type": self.config.model_type,
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "num_heads": self.num_heads,
+            "vocab_size": int(self.config.vocab_size),
+        }
+        digest = hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
+        return {**facts, "hash": digest}
+
+    def sites(self) -> list[tuple[Site, torch.nn.Module]]:
+        """Every attention (site, module) pair."""
+        return self.adapter.attention_sites(self.model)
+
+    def encode(
+        self, rendered: Sequence[Rendered], example_ids: Sequence[int] | None = None, max_length: int | None = None
+    ) -> Encoded:
+        """Tokenize rendered examples with roles; encoder-decoder bases get a one-token decoder side."""
+        ids = None if example_ids is None else torch.as_tensor(list(example_ids), dtype=torch.long)
+        batch = encode(rendered, self.tokenizer, example_ids=ids, max_length=max_length)
+        if self.is_encoder_decoder:
+            start = self.config.decoder_start_token_id
+            b = batch.batch_size
+            batch.target_ids = torch.full((b, 1), int(start), dtype=torch.long)
+            batch.target_mask = torch.ones((b, 1), dtype=torch.long)
+            batch.target_roles = torch.full((b, 1), int(Role.SPECIAL), dtype=torch.long)
+        return batch
+
+    def layout(self, batch: Encoded) -> StaticLayout:
+        """Roles of every site's queries and keys for a plain (unguided) forward."""
+        return StaticLayout(batch.sequences(), dict(self.adapter.stack_sequences))
+
+    def forward(self, batch: Encoded, **kwargs):
+        """Run the model on an encoded batch (already on the right device)."""
+        return self.adapter.forward(self.model, batch, **kwargs)

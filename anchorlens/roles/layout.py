@@ -1,0 +1,79 @@
+"""Which role every query and key position has at one attention site."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+
+@dataclass(frozen=True)
+class SequenceRoles:
+    """Roles of one batch of sequences.
+
+    roles: [B, T] long (``Role`` values); valid: [B, T] bool (False for padding).
+    """
+
+    roles: torch.Tensor
+    valid: torch.Tensor
+
+    def insert(self, index: torch.Tensor, role: int, count: int) -> "SequenceRoles":
+        """Insert ``count`` valid positions of ``role`` before per-example ``index`` ([B] long)."""
+        b, t = self.roles.shape
+        device = self.roles.device
+        new_t = t + count
+        pos = torch.arange(new_t, device=device).expand(b, new_t)
+        start = index.to(device).view(b, 1)
+        inserted = (pos >= start) & (pos < start + count)
+        src = torch.where(pos < start, pos, pos - count).clamp(0, t - 1)
+        roles = torch.where(inserted, torch.full_like(pos, int(role)), self.roles.gather(1, src))
+        valid = torch.where(inserted, torch.ones_like(inserted), self.valid.gather(1, src))
+        return SequenceRoles(roles, valid)
+
+    def prepend(self, role: int, count: int) -> "SequenceRoles":
+        """Insert ``count`` valid positions of ``role`` at index 0 of every example."""
+        zero = torch.zeros(self.roles.shape[0], dtype=torch.long, device=self.roles.device)
+        return self.insert(zero, role, count)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Roles of the queries and keys seen by one attention call.
+
+    q: roles of the Q query positions ([B, Q]); k: roles of the K key positions ([B, K]).
+    For self-attention q and k are usually the same sequence; key-only positions (prefix
+    tuning) make K > Q.
+    """
+
+    q: SequenceRoles
+    k: SequenceRoles
+
+    @classmethod
+    def self_attention(cls, seq: SequenceRoles) -> "Layout":
+        """Layout where queries and keys are the same positions."""
+        return cls(seq, seq)
+
+
+class LayoutProvider(Protocol):
+    """Anything that can say which roles the positions have at a (stack, layer) site."""
+
+    def layout(self, stack: str, layer: int) -> Layout:
+        """Return the layout for the attention call at ``stack``/``layer``."""
+        ...
+
+
+@dataclass
+class StaticLayout:
+    """Layout provider for a model whose positions do not change between layers.
+
+    sequences: named sequences (``"input"``, ``"target"``); stack_sequences maps each stack to
+    its (query sequence, key sequence) names, as given by the architecture adapter.
+    """
+
+    sequences: dict[str, SequenceRoles]
+    stack_sequences: dict[str, tuple[str, str]]
+
+    def layout(self, stack: str, layer: int) -> Layout:
+        """Return the same layout for every layer of a stack."""
+        q_name, k_name = self.stack_sequences[stack]
+        return Layout(self.sequences[q_name], self.sequences[k_name])

@@ -1,0 +1,40 @@
+"""Test helpers: a sink that keeps every event, and eager references."""
+from __future__ import annotations
+
+import torch
+
+
+class Collect:
+    """Sink that keeps every event (tests only: holds all maps)."""
+
+    def __init__(self) -> None:
+        self.events = []
+
+    def consume(self, event) -> None:
+        self.events.append(event)
+
+
+def eager_attentions(base, batch) -> dict:
+    """Reference attentions from HF eager ``output_attentions`` per stack: tuple of [B,H,Q,K]."""
+    model = base.model
+    model.set_attn_implementation("eager")
+    try:
+        with torch.no_grad():
+            out = base.forward(batch, output_attentions=True)
+    finally:
+        model.set_attn_implementation("anchorlens")
+    if base.is_encoder_decoder:
+        return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    stack = base.adapter.stacks()[0]
+    return {stack: out.attentions}
+
+
+def sdpa_logits(base, batch) -> torch.Tensor:
+    """Logits of a plain sdpa forward (no anchorlens function at all)."""
+    model = base.model
+    model.set_attn_implementation("sdpa")
+    try:
+        with torch.no_grad():
+            return base.forward(batch).logits
+    finally:
+        model.set_attn_implementation("anchorlens")

