@@ -1,0 +1,1 @@
+"""Reports: run directories, summary.md, a self-contained report.html."""
