@@ -1,0 +1,4 @@
+"""``python -m anchorlens`` (also under torchrun)."""
+from anchorlens.cli import main
+
+main()

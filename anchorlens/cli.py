@@ -1,0 +1,95 @@
+"""The ``anchorlens`` command line: thin typer commands over the workflows and reports."""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Annotated, Callable, Optional
+
+import typer
+
+from anchorlens.errors import UsageError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="Measure attention anchors (instance tokens, CaPT capsules, soft prompts) in language models.",
+    pretty_exceptions_enable=False,
+)
+
+Base_ = Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, or a local HF dir.")]
+Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
+Data_ = Annotated[Optional[Path], typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
+N_ = Annotated[Optional[int], typer.Option("--n", help="Use the first N examples.")]
+Layers_ = Annotated[Optional[str], typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")]
+Heads_ = Annotated[Optional[str], typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")]
+Batch_ = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")]
+Dtype_ = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
+Force_ = Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")]
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+def usage_errors(fn: Callable) -> Callable:
+    """Turn UsageError (and missing files) into a one-line message and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as err:
+            _fail(str(err))
+        except FileNotFoundError as err:
+            _fail(f"{err.filename}: no such file or directory")
+        except KeyboardInterrupt:
+            typer.secho("interrupted", err=True)
+            raise typer.Exit(130)
+
+    return wrapper
+
+
+def _selection(layers: str | None, heads: str | None):
+    from anchorlens.capture.selection import Selection, parse_layers
+
+    try:
+        return Selection(layers=parse_layers(layers), heads=parse_layers(heads))
+    except ValueError:
+        raise UsageError(f"cannot parse --layers {layers!r} / --heads {heads!r}; use forms like 0,2,5-8,-1") from None
+
+
+@app.callback()
+def root(ctx: typer.Context) -> None:
+    """Without a command: run the demo on the embedded SmolLM2 and the bundled RTE examples."""
+    if ctx.invoked_subcommand is None:
+        demo()
+
+
+@app.command()
+@usage_errors
+def demo(base: Base_ = "smollm2-135m", task: Task_ = "rte", n: N_ = None, batch_size: Batch_ = 8) -> None:
+    """Per-layer attention to the first token and to structural tokens on bundled examples."""
+    from anchorlens.models.loading import load_base
+    from anchorlens.workflows.demo import format_table, per_layer_table
+    from anchorlens.workflows.inputs import resolve_inputs
+    from anchorlens.workflows.statistics import capture_statistics
+
+    inputs = resolve_inputs(task, None, n)
+    typer.echo(f"loading {base} ...", err=True)
+    model = load_base(base)
+    typer.echo(f"capturing attention on {len(inputs.examples)} {inputs.task.name} examples ({inputs.source}) ...", err=True)
+    metrics = capture_statistics(model, inputs, batch_size=batch_size)
+    title = f"{base} on {len(inputs.examples)} {inputs.task.name} examples: mean over examples and heads"
+    typer.echo(format_table(per_layer_table(metrics), title))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="anchorlens")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Stream a model's attention over examples into a tidy metrics frame."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import pandas as pd
+
+from anchorlens.analyses import metrics_frame
+from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.reducer import make_reducer
+from anchorlens.capture.selection import Selection
+from anchorlens.roles.kinds import Role
+from anchorlens.workflows.inputs import Inputs
+
+DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy")
+
+
+def default_reducers(anchor_role: str = "capsule") -> list:
+    """Fresh reducers for every default metric."""
+    return [make_reducer(name) for name in ("role_flow", "first_token")] + [make_reducer("entropy", anchor_role=anchor_role)]
+
+
+def anchors_of(model) -> tuple[str, ...]:
+    """Anchors worth reporting for a model: the first token, plus each guidance role it inserts."""
+    roles = getattr(model, "guidance_roles", lambda: ())()
+    return ("first_token", *(Role(r).label for r in roles))
+
+
+def capture_statistics(
+    model,
+    inputs: Inputs,
+    *,
+    selection: Selection = Selection(),
+    batch_size: int = 8,
+    max_length: int | None = None,
+    anchors: Sequence[str] | None = None,
+    progress=None,
+) -> pd.DataFrame:
+    """Per-example metric rows (reducers + derived metrics) of ``model`` on ``inputs``."""
+    anchors = tuple(anchors or anchors_of(model))
+    entropy_anchor = next((a for a in anchors if a != "first_token"), "capsule")
+    reducers = default_reducers(entropy_anchor)
+    batches = encode_batches(model, inputs.examples, inputs.task.template, batch_size=batch_size, max_length=max_length)
+    stream_statistics(model, batches, reducers, selection, progress=progress)
+    return metrics_frame(reducers, anchors=anchors)
