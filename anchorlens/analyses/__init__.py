@@ -1,0 +1,84 @@
+"""Metric reducers, tidy metric frames, statistics and checkpoint comparison.
+
+Importing this package registers the reducers ``role_flow``, ``first_token`` and ``entropy``
+with :func:`anchorlens.capture.reducer.make_reducer`.
+"""
+from __future__ import annotations
+
+from anchorlens.analyses.base import SiteReducer, role_onehot
+from anchorlens.analyses.compare import HEADLINE_METRICS, compare_frames, headline_rows, headline_table
+from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
+from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
+from anchorlens.analyses.frames import (
+    ALL,
+    COLUMNS,
+    NO_ROLE,
+    ROW_KEYS,
+    SITE_KEYS,
+    average_heads,
+    concat_frames,
+    conform,
+    empty_frame,
+    roles_label,
+)
+from anchorlens.analyses.metrics import (
+    FIRST_TOKEN,
+    anchor_mass,
+    anchor_structural,
+    derived_metrics,
+    flow_mass,
+    island_score,
+    metrics_frame,
+    special_attention,
+    structural_attention,
+)
+from anchorlens.analyses.role_flow import RoleFlowReducer
+from anchorlens.analyses.stats import (
+    benjamini_hochberg,
+    bootstrap_ci,
+    paired_differences,
+    paired_summary,
+    sign_flip_test,
+    summarize,
+)
+from anchorlens.analyses.table import SiteTable
+
+__all__ = [
+    "ALL",
+    "COLUMNS",
+    "EntropyReducer",
+    "FIRST_TOKEN",
+    "FirstTokenReducer",
+    "HEADLINE_METRICS",
+    "NO_ROLE",
+    "ROW_KEYS",
+    "RoleFlowReducer",
+    "SITE_KEYS",
+    "SiteReducer",
+    "SiteTable",
+    "anchor_key_index",
+    "anchor_mass",
+    "anchor_structural",
+    "average_heads",
+    "benjamini_hochberg",
+    "bootstrap_ci",
+    "compare_frames",
+    "concat_frames",
+    "conform",
+    "derived_metrics",
+    "empty_frame",
+    "flow_mass",
+    "headline_rows",
+    "headline_table",
+    "island_score",
+    "metrics_frame",
+    "normalized_entropy",
+    "paired_differences",
+    "paired_summary",
+    "role_onehot",
+    "roles_label",
+    "sign_flip_test",
+    "special_attention",
+    "structural_attention",
+    "summarize",
+]

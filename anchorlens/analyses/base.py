@@ -1,0 +1,141 @@
+"""Shared machinery of the metric reducers: site tables, merging, state dicts, role one-hots."""
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
+from anchorlens.analyses.table import SiteTable
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
+
+QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
+
+
+def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
+
+    Role values outside ``0..NUM_ROLES-1`` get an all-zero row (ignored).
+    """
+    ids = torch.arange(NUM_ROLES, device=roles.device)
+    return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
+
+
+def per_role(query_onehot: torch.Tensor, per_query: torch.Tensor) -> torch.Tensor:
+    """Sum a per-query value over the queries of each role: [B, Q, R] x [B, H, Q] -> [B, H, R] float64."""
+    return torch.einsum("bqr,bhq->bhr", query_onehot.double(), per_query.double())
+
+
+def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append the ``all`` query-role total along dim 2: [N, H, R, ...], [N, H, R] -> [N, H, R+1, ...], [N, H, R+1]."""
+    return (
+        torch.cat([sums, sums.sum(2, keepdim=True)], dim=2),
+        torch.cat([counts, counts.sum(2, keepdim=True)], dim=2),
+    )
+
+
+def mean_of(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """``sums / counts`` broadcast over trailing dims of ``sums``, 0 where the count is 0."""
+    c = counts.reshape(counts.shape + (1,) * (sums.dim() - counts.dim()))
+    return torch.where(c > 0, sums / c.clamp_min(1e-300), torch.zeros_like(sums))
+
+
+class SiteReducer:
+    """Base of the metric reducers: per-site :class:`SiteTable` of per-example sums.
+
+    Subclasses set ``name``, implement ``_shapes`` (state arrays per example and head),
+    ``_reduce`` (event -> [B, H, *shape] sums) and ``_site_frame`` (arrays -> tidy rows), and list
+    the options that change the state in ``state_options``.
+    """
+
+    name: ClassVar[str] = ""
+
+    def __init__(self) -> None:
+        self._tables: dict[tuple[str, int], SiteTable] = {}
+
+    # -- to implement -------------------------------------------------------------------------
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """Per-example, per-head shape of every state array."""
+        raise NotImplementedError
+
+    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """The event's sums: name -> [B, H, *shape]."""
+        raise NotImplementedError
+
+    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
+                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+        """Tidy rows of one site from its arrays (rows sorted by example, columns by head)."""
+        raise NotImplementedError
+
+    def state_options(self) -> dict:
+        """Options that change what the state means; merging requires them equal."""
+        return {}
+
+    # -- Reducer protocol ---------------------------------------------------------------------
+    def update(self, event: AttentionEvent) -> None:
+        """Fold one batch's attention at one site into the per-example sums."""
+        values = self._reduce(event)
+        self._table(event.stack, int(event.layer)).add(event.example_ids, event.heads, values)
+
+    def merge(self, other: "SiteReducer") -> None:
+        """Add another reducer's sums (same class and state options) into this one."""
+        if type(other) is not type(self):
+            raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
+        if other.state_options() != self.state_options():
+            raise ValueError(f"cannot merge {self.name} reducers with options "
+                             f"{other.state_options()} and {self.state_options()}")
+        for (stack, layer), table in other._tables.items():
+            self._table(stack, layer).merge(table)
+
+    def state_dict(self) -> dict:
+        """``{"name", "options", "sites": [{"stack", "layer", "examples", "heads", "arrays"}]}``."""
+        return {
+            "name": self.name,
+            "options": dict(self.state_options()),
+            "sites": [
+                {"stack": stack, "layer": layer, **table.state()}
+                for (stack, layer), table in sorted(self._tables.items())
+            ],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the state with ``state_dict()`` output of a reducer of the same name and options."""
+        if state.get("name") != self.name:
+            raise ValueError(f"state of reducer {state.get('name')!r} given to {self.name!r}")
+        if dict(state.get("options", {})) != self.state_options():
+            raise ValueError(f"state options {state.get('options')} differ from {self.state_options()}")
+        shapes = self._shapes()
+        self._tables = {
+            (str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site)
+            for site in state["sites"]
+        }
+
+    def frame(self) -> pd.DataFrame:
+        """Tidy rows (see :mod:`anchorlens.analyses.frames`), sorted by stack, layer, example, head."""
+        parts = []
+        for (stack, layer), table in sorted(self._tables.items()):
+            examples, heads = table.examples, table.heads
+            if examples.numel() == 0 or heads.numel() == 0:
+                continue
+            row_order = torch.argsort(examples)
+            col_order = torch.argsort(heads)
+            arrays = {k: v[row_order][:, col_order] for k, v in table.trimmed().items()}
+            parts.append(self._site_frame(stack, layer, examples[row_order].numpy(),
+                                          heads[col_order].numpy(), arrays))
+        return concat_frames(parts) if parts else empty_frame()
+
+    def sites(self) -> list[tuple[str, int]]:
+        """The (stack, layer) sites seen so far, sorted."""
+        return sorted(self._tables)
+
+    def _table(self, stack: str, layer: int) -> SiteTable:
+        key = (str(stack), int(layer))
+        if key not in self._tables:
+            self._tables[key] = SiteTable(self._shapes())
+        return self._tables[key]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sites={len(self._tables)}, options={self.state_options()})"

@@ -1,0 +1,98 @@
+"""``entropy``: how spread out each query's attention is, overall and over content keys."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, per_role, role_onehot, with_all
+from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.reducer import register_reducer
+from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
+
+
+def normalized_entropy(plogp_sum: torch.Tensor, mass: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
+    """Entropy of p / mass normalized by log(n_keys), from sums over the keys; all [B, H, Q].
+
+    plogp_sum = sum_k p_k log p_k, mass = sum_k p_k. H(p / mass) = log(mass) - plogp_sum / mass.
+    Defined as 0 where n_keys <= 1 (a single visible key: no choice) or mass == 0; clamped to [0, 1].
+    """
+    ok = (n_keys >= 2) & (mass > 0)
+    safe_mass = torch.where(ok, mass, torch.ones_like(mass))
+    h = torch.log(safe_mass) - plogp_sum / safe_mass
+    h = h / torch.log(n_keys.clamp_min(2).to(h.dtype))
+    h = torch.nan_to_num(h, nan=0.0, posinf=1.0, neginf=0.0)
+    return torch.where(ok, h, torch.zeros_like(h)).clamp(0.0, 1.0)
+
+
+@register_reducer("entropy")
+class EntropyReducer(SiteReducer):
+    """Normalized attention entropy per valid query, averaged per example/site/head/query role.
+
+    ``entropy``: keys = visible and valid keys of the query; the row is renormalized over them and
+    H / log(#keys) is taken (0 when a query sees a single key). ``anchor_content_entropy``: the same
+    restricted to CONTENT keys (renormalized over them), normalized by log(#visible content keys);
+    a query that sees no content key or puts zero mass on content is left out of the average
+    (count not incremented), one visible content key gives 0. The state keeps the content entropy
+    of every query role; ``anchor_role`` only picks which rows ``frame`` emits (``None``: all roles)
+    and does not affect merging. Frame rows: ``entropy`` (query roles plus ``"all"``, key_role
+    ``""``) and ``anchor_content_entropy`` (query_role = anchor role, key_role ``"content"``).
+    """
+
+    name = "entropy"
+
+    def __init__(self, anchor_role: str | int | Role | None = "capsule") -> None:
+        super().__init__()
+        self.anchor_role = None if anchor_role is None else parse_role(anchor_role)
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """sum/count: [R] for ``entropy``; content_sum/content_count: [R] for content entropy."""
+        r = (NUM_ROLES,)
+        return {"sum": r, "count": r, "content_sum": r, "content_count": r}
+
+    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """probs [B, H, Q, K] -> four [B, H, R] float64 sums."""
+        probs = event.probs
+        b, h = probs.shape[:2]
+        dev = probs.device
+        q_valid = event.layout.q.valid.to(dev).bool()  # [B, Q]
+        k_valid = event.layout.k.valid.to(dev).bool()  # [B, K]
+        content = k_valid & (event.layout.k.roles.to(dev) == int(Role.CONTENT))  # [B, K]
+        seen = event.visible.to(dev).bool() & k_valid[:, None, None, :]  # [B, 1, Q, K]
+        p = probs.masked_fill(~seen, 0.0)  # [B, H, Q, K]
+        plogp = torch.xlogy(p, p)  # [B, H, Q, K]
+        ent = normalized_entropy(plogp.sum(-1), p.sum(-1), seen.sum(-1))  # [B, H, Q]
+        c = content.to(p.dtype)
+        c_mass = torch.einsum("bhqk,bk->bhq", p, c)
+        c_plogp = torch.einsum("bhqk,bk->bhq", plogp, c)
+        c_keys = (seen & content[:, None, None, :]).sum(-1)  # [B, 1, Q]
+        c_ent = normalized_entropy(c_plogp, c_mass, c_keys)
+        c_ok = (c_keys >= 1) & (c_mass > 0) & q_valid[:, None, :]  # [B, H, Q]
+        ent = torch.where(q_valid[:, None, :], ent, torch.zeros_like(ent))
+        c_ent = torch.where(c_ok, c_ent, torch.zeros_like(c_ent))
+        q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
+        return {
+            "sum": per_role(q_hot, ent),
+            "count": q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES),
+            "content_sum": per_role(q_hot, c_ent),
+            "content_count": per_role(q_hot, c_ok),
+        }
+
+    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
+                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+        """``entropy`` rows ([N, H, R+1]) and ``anchor_content_entropy`` rows ([N, H, 1 or R])."""
+        total, count = with_all(arrays["sum"], arrays["count"])
+        overall = long_frame(stack, layer, examples, heads, "entropy",
+                             mean_of(total, count).unsqueeze(-1).numpy(), count.numpy(),
+                             QUERY_LABELS, (NO_ROLE,))
+        c_sum, c_count = arrays["content_sum"], arrays["content_count"]
+        labels: tuple[str, ...] = ROLE_NAMES
+        if self.anchor_role is not None:
+            i = int(self.anchor_role)
+            c_sum, c_count = c_sum[:, :, i:i + 1], c_count[:, :, i:i + 1]
+            labels = (role_label(self.anchor_role),)
+        anchor = long_frame(stack, layer, examples, heads, "anchor_content_entropy",
+                            mean_of(c_sum, c_count).unsqueeze(-1).numpy(), c_count.numpy(),
+                            labels, (Role.CONTENT.label,))
+        return concat_frames([overall, anchor])

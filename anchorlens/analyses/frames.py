@@ -1,0 +1,154 @@
+"""The tidy metric frame: column names, builders and head averaging.
+
+Every metric row is one (example, stack, layer, head, metric, query_role, key_role) cell:
+
+========== ======= ==============================================================
+column     dtype   meaning
+========== ======= ==============================================================
+example    int64   the example's dataset index
+stack      str     attention stack (``"decoder"``, ``"encoder"``, ``"cross"``...)
+layer      int64   model layer index
+head       int64   model head index; ``-1`` for rows averaged over heads
+metric     str     metric name (``"role_flow"``, ``"entropy"``...)
+query_role str     role label of the queries, ``"all"`` or a pooled label
+key_role   str     role label of the keys, or ``""`` when not applicable
+value      float64 the metric value
+count      float64 number of queries the value averages over (weights for pooling)
+========== ======= ==============================================================
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, Role, parse_role
+
+COLUMNS: tuple[str, ...] = (
+    "example",
+    "stack",
+    "layer",
+    "head",
+    "metric",
+    "query_role",
+    "key_role",
+    "value",
+    "count",
+)
+SITE_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head")
+ROW_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head", "metric", "query_role", "key_role")
+ALL = "all"
+NO_ROLE = ""
+_DTYPES = {
+    "example": "int64",
+    "stack": "str",
+    "layer": "int64",
+    "head": "int64",
+    "metric": "str",
+    "query_role": "str",
+    "key_role": "str",
+    "value": "float64",
+    "count": "float64",
+}
+
+
+def empty_frame() -> pd.DataFrame:
+    """A frame with the tidy columns and dtypes and no rows."""
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES[c]) for c in COLUMNS})
+
+
+def conform(df: pd.DataFrame) -> pd.DataFrame:
+    """Return ``df`` with the tidy columns first, in order and with their dtypes (extra columns kept; missing ``count`` is NaN)."""
+    if df.empty:
+        extra = [c for c in df.columns if c not in COLUMNS]
+        out = empty_frame()
+        for c in extra:
+            out[c] = pd.Series(dtype=df[c].dtype)
+        return out
+    if "count" not in df.columns:
+        df = df.assign(count=np.nan)
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"frame lacks tidy columns {missing}")
+    extra = [c for c in df.columns if c not in COLUMNS]
+    out = df[list(COLUMNS) + extra].astype({c: _DTYPES[c] for c in COLUMNS})
+    return out.reset_index(drop=True)
+
+
+def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate tidy frames (empty input gives an empty tidy frame)."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return empty_frame()
+    return conform(pd.concat(frames, ignore_index=True))
+
+
+def long_frame(
+    stack: str,
+    layer: int,
+    examples: np.ndarray,
+    heads: np.ndarray,
+    metric: str,
+    value: np.ndarray,
+    count: np.ndarray,
+    query_labels: Sequence[str],
+    key_labels: Sequence[str],
+) -> pd.DataFrame:
+    """Tidy rows of one site from dense arrays; cells whose count is 0 are left out.
+
+    examples: [N]; heads: [H]; value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels;
+    key_labels: R labels.
+    """
+    keep = np.broadcast_to((count > 0)[..., None], value.shape)
+    n, h, s, r = np.nonzero(keep)
+    if n.size == 0:
+        return empty_frame()
+    return pd.DataFrame(
+        {
+            "example": np.asarray(examples, dtype=np.int64)[n],
+            "stack": stack,
+            "layer": int(layer),
+            "head": np.asarray(heads, dtype=np.int64)[h],
+            "metric": metric,
+            "query_role": pd.array(list(query_labels), dtype="str").take(s),
+            "key_role": pd.array(list(key_labels), dtype="str").take(r),
+            "value": value[n, h, s, r].astype(np.float64),
+            "count": count[n, h, s].astype(np.float64),
+        }
+    )
+
+
+def average_heads(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows with ``head = -1``: unweighted mean of ``value`` (and of ``count``) over heads.
+
+    Groups by every column except head/value/count; input rows already at head -1 are ignored.
+    """
+    df = df[df["head"] >= 0]
+    if df.empty:
+        return conform(df)
+    keys = [c for c in df.columns if c not in ("head", "value", "count")]
+    agg = {"value": "mean"}
+    if "count" in df.columns:
+        agg["count"] = "mean"
+    out = df.groupby(keys, sort=False, dropna=False).agg(agg).reset_index()
+    out["head"] = -1
+    return conform(out) if "count" in out.columns else out
+
+
+def role_label(role: str | int | Role) -> str:
+    """Label of one role (``"capsule"``); ``"all"`` passes through."""
+    if isinstance(role, str) and role.strip().lower() == ALL:
+        return ALL
+    return parse_role(role).label
+
+
+def roles_label(roles: Iterable[str | int | Role]) -> str:
+    """Label of a pooled role set: ``"input"``, ``"guidance"``, one role's label, or labels joined by ``+``."""
+    labels = [role_label(r) for r in roles]
+    names = set(labels)
+    if names == {r.label for r in INPUT_ROLES}:
+        return "input"
+    if names == {r.label for r in GUIDANCE_ROLES}:
+        return "guidance"
+    return "+".join(labels)

@@ -1,0 +1,53 @@
+"""``role_flow``: how much attention queries of each role put on keys of each role."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, role_onehot, with_all
+from anchorlens.analyses.frames import long_frame
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.reducer import register_reducer
+from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
+
+
+@register_reducer("role_flow")
+class RoleFlowReducer(SiteReducer):
+    """Per example, site and head: ``mass[s, r]`` and ``count[s]`` over valid queries.
+
+    mass[s, r] = sum over valid queries q of role s of sum over valid keys k of role r of p[q, k];
+    count[s] = number of valid queries of role s. Padding keys (``layout.k.valid`` False) are not
+    counted; visibility is taken from ``probs`` (0 on keys a query may not see, per the event
+    contract). Frame rows: metric ``role_flow``, value = mass[s, r] / count[s] (mean mass per
+    query, in [0, 1]), count = count[s]; query_role is each role with count > 0 plus ``"all"``
+    (every valid query), key_role each role label.
+    """
+
+    name = "role_flow"
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """mass: [R, R]; count: [R]."""
+        return {"mass": (NUM_ROLES, NUM_ROLES), "count": (NUM_ROLES,)}
+
+    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """probs [B, H, Q, K] -> mass [B, H, R, R], count [B, H, R] (float64)."""
+        probs = event.probs
+        b, h = probs.shape[:2]
+        q_valid = event.layout.q.valid.to(probs.device).bool()
+        q_hot = role_onehot(event.layout.q.roles.to(probs.device), q_valid, probs.dtype)  # [B, Q, R]
+        k_hot = role_onehot(event.layout.k.roles.to(probs.device), event.layout.k.valid, probs.dtype)  # [B, K, R]
+        to_role = torch.einsum("bhqk,bkr->bhqr", probs, k_hot)  # [B, H, Q, R]
+        # rows of padding queries may be NaN (fully masked softmax); drop them before weighting
+        to_role = torch.where(q_valid[:, None, :, None], to_role, torch.zeros_like(to_role))
+        mass = torch.einsum("bqs,bhqr->bhsr", q_hot.double(), to_role.double())
+        count = q_hot.double().sum(1)[:, None, :].expand(b, h, NUM_ROLES)
+        return {"mass": mass, "count": count}
+
+    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
+                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+        """value [N, H, R+1, R] = mass / count with the ``all`` query role appended."""
+        mass, count = with_all(arrays["mass"], arrays["count"])
+        value = mean_of(mass, count)
+        return long_frame(stack, layer, examples, heads, "role_flow", value.numpy(), count.numpy(),
+                          QUERY_LABELS, ROLE_NAMES)

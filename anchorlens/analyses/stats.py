@@ -1,0 +1,223 @@
+"""Statistics over examples: percentile bootstrap CIs, sign-flip paired tests, Benjamini-Hochberg.
+
+Every group of n values is resampled with the same seeded draws, a function of (seed, n) only, so
+results do not depend on group order and ``bootstrap_ci(v)`` equals the ``summarize`` row of a
+group holding ``v`` in that order. Groups of equal size are resampled together as one matrix
+product: bootstrap means = values [G, n] @ resample counts [n, n_boot] / n. Non-finite values are
+dropped before anything is computed.
+"""
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from anchorlens.analyses.frames import ROW_KEYS
+
+_CHUNK = 1 << 22  # elements per temporary block
+
+
+def _resample_counts(n: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
+    """Blocks [c, n] float64 of bootstrap multiplicities (rows sum to n), n_boot rows in all."""
+    rng = np.random.default_rng([seed, n])
+    step = max(1, _CHUNK // max(n, 1))
+    for start in range(0, n_boot, step):
+        c = min(step, n_boot - start)
+        idx = rng.integers(0, n, size=(c, n)) + (np.arange(c) * n)[:, None]
+        yield np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+
+
+def _bootstrap_rows(values: np.ndarray, n_boot: int, ci: float, seed: int) -> tuple[np.ndarray, ...]:
+    """Percentile bootstrap of the mean of each row of values [G, n] -> (mean, lo, hi), each [G]."""
+    g, n = values.shape
+    mean = values.mean(1)
+    lo, hi = np.empty(g), np.empty(g)
+    alpha = (1.0 - ci) / 2.0
+    rows = max(1, _CHUNK // max(n_boot, 1))
+    for start in range(0, g, rows):
+        block = values[start:start + rows]
+        boots = np.empty((len(block), n_boot))
+        col = 0
+        for counts in _resample_counts(n, n_boot, seed):
+            boots[:, col:col + len(counts)] = block @ counts.T / n
+            col += len(counts)
+        lo[start:start + rows], hi[start:start + rows] = np.quantile(boots, [alpha, 1.0 - alpha], axis=1)
+    const = np.ptp(values, axis=1) == 0
+    mean[const] = lo[const] = hi[const] = values[const, 0]
+    return mean, lo, hi
+
+
+def _sign_patterns(n: int, n_perm: int, seed: int) -> tuple[Iterator[np.ndarray], bool]:
+    """Blocks [c, n] of +-1 signs: all 2**n patterns when 2**n <= n_perm (exact), else n_perm random."""
+    exact = n < 63 and 2 ** n <= n_perm
+
+    def blocks() -> Iterator[np.ndarray]:
+        step = max(1, _CHUNK // max(n, 1))
+        if exact:
+            total, bits = 2 ** n, np.arange(n)
+            for start in range(0, total, step):
+                codes = np.arange(start, min(total, start + step))[:, None]
+                yield ((codes >> bits) & 1) * 2.0 - 1.0
+            return
+        rng = np.random.default_rng([seed, n, 1])
+        for start in range(0, n_perm, step):
+            yield rng.integers(0, 2, size=(min(step, n_perm - start), n)) * 2.0 - 1.0
+
+    return blocks(), exact
+
+
+def _sign_flip_rows(diffs: np.ndarray, n_perm: int, seed: int) -> np.ndarray:
+    """Two-sided sign-flip p-value of mean(diff) = 0 for each row of diffs [G, n] -> [G].
+
+    Statistic |mean|; exact enumeration when 2**n <= n_perm (p = #{|T*| >= |T|} / 2**n), else
+    Monte Carlo with p = (1 + #{|T*| >= |T|}) / (1 + n_perm). Ties count as extreme.
+    """
+    g, n = diffs.shape
+    observed = np.abs(diffs.mean(1))
+    tol = 1e-12 * np.maximum(1.0, np.abs(diffs).max(1))
+    extreme = np.zeros(g)
+    total = 0
+    blocks, exact = _sign_patterns(n, n_perm, seed)
+    for signs in blocks:
+        stats = np.abs(diffs @ signs.T) / n  # [G, c]
+        extreme += (stats >= (observed - tol)[:, None]).sum(1)
+        total += len(signs)
+    return extreme / total if exact else (extreme + 1.0) / (total + 1.0)
+
+
+def _finite(values) -> np.ndarray:
+    """1-D float64 array of the finite entries of ``values``."""
+    v = np.asarray(values, dtype=np.float64).ravel()
+    return v[np.isfinite(v)]
+
+
+def bootstrap_ci(values, n_boot: int = 2000, ci: float = 0.95, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, lo, hi): percentile bootstrap CI of the mean of ``values`` [n]; NaNs for no values.
+
+    Constant input gives lo = hi = mean exactly.
+    """
+    v = _finite(values)
+    if v.size == 0:
+        return (float("nan"),) * 3
+    mean, lo, hi = _bootstrap_rows(v[None, :], n_boot, ci, seed)
+    return float(mean[0]), float(lo[0]), float(hi[0])
+
+
+def sign_flip_test(diffs, n_perm: int = 10000, seed: int = 0) -> float:
+    """Two-sided paired sign-flip permutation p-value for mean(diffs) = 0 (NaN for no values)."""
+    d = _finite(diffs)
+    if d.size == 0:
+        return float("nan")
+    return float(_sign_flip_rows(d[None, :], n_perm, seed)[0])
+
+
+def _groups(df: pd.DataFrame, by: Sequence[str]) -> tuple[pd.DataFrame, np.ndarray]:
+    """(one row per group with the ``by`` columns, group code of each row of df)."""
+    if not by:
+        return pd.DataFrame(index=[0]), np.zeros(len(df), dtype=np.int64)
+    grouped = df.groupby(list(by), sort=True, dropna=False)
+    keys = grouped.size().reset_index()[list(by)]
+    return keys, grouped.ngroup().to_numpy()
+
+
+def _by_size(codes: np.ndarray, values: np.ndarray, n_groups: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(group ids [G_n], values [G_n, n]) for every group size n present."""
+    order = np.argsort(codes, kind="stable")
+    sorted_values = values[order]
+    sizes = np.bincount(codes, minlength=n_groups)
+    starts = np.cumsum(sizes) - sizes
+    for n in np.unique(sizes[sizes > 0]):
+        ids = np.nonzero(sizes == n)[0]
+        yield ids, sorted_values[starts[ids][:, None] + np.arange(n)]
+
+
+def summarize(
+    df: pd.DataFrame,
+    by: Sequence[str] | str,
+    value: str = "value",
+    n_boot: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per ``by`` group: mean, ci_lo, ci_hi (percentile bootstrap over the rows), n."""
+    by = [by] if isinstance(by, str) else list(by)
+    d = df[np.isfinite(df[value].to_numpy(dtype=np.float64))]
+    out, codes = _groups(d, by)
+    g = len(out) if len(d) else 0
+    out = out.iloc[:g].reset_index(drop=True)
+    mean, lo, hi, n = (np.full(g, np.nan) for _ in range(4))
+    vals = d[value].to_numpy(dtype=np.float64)
+    for ids, mat in _by_size(codes, vals, g):
+        mean[ids], lo[ids], hi[ids] = _bootstrap_rows(mat, n_boot, ci, seed)
+        n[ids] = mat.shape[1]
+    out["mean"], out["ci_lo"], out["ci_hi"], out["n"] = mean, lo, hi, n.astype(np.int64)
+    return out
+
+
+def paired_differences(
+    df_a: pd.DataFrame,
+    df_b: pd.DataFrame,
+    on: Sequence[str] | None = None,
+    value: str = "value",
+) -> pd.DataFrame:
+    """Inner join of two frames on ``on`` (default: example, site, head, metric, roles present):
+    columns on + value_a, value_b, diff = value_a - value_b. Rows only in one frame are dropped."""
+    if on is None:
+        on = [c for c in ROW_KEYS if c in df_a.columns and c in df_b.columns]
+    on = list(on)
+    a = df_a[on + [value]].rename(columns={value: "value_a"})
+    b = df_b[on + [value]].rename(columns={value: "value_b"})
+    for name, side in (("df_a", a), ("df_b", b)):
+        if side.duplicated(on).any():
+            raise ValueError(f"{name} has several rows per {on}; add the distinguishing columns to 'on'")
+    out = a.merge(b, on=on, how="inner")
+    out["diff"] = out["value_a"] - out["value_b"]
+    return out
+
+
+def paired_summary(
+    diffs: pd.DataFrame,
+    by: Sequence[str] | str,
+    diff: str = "diff",
+    n_boot: int = 2000,
+    n_perm: int = 10000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per ``by`` group of paired rows: n, mean_a, mean_b (when present), diff (mean), ci_lo, ci_hi
+    (bootstrap CI of the mean difference), p_value (two-sided sign-flip test)."""
+    by = [by] if isinstance(by, str) else list(by)
+    d = diffs[np.isfinite(diffs[diff].to_numpy(dtype=np.float64))]
+    out, codes = _groups(d, by)
+    g = len(out) if len(d) else 0
+    out = out.iloc[:g].reset_index(drop=True)
+    mean, lo, hi, p, n = (np.full(g, np.nan) for _ in range(5))
+    vals = d[diff].to_numpy(dtype=np.float64)
+    for ids, mat in _by_size(codes, vals, g):
+        mean[ids], lo[ids], hi[ids] = _bootstrap_rows(mat, n_boot, ci, seed)
+        p[ids] = _sign_flip_rows(mat, n_perm, seed)
+        n[ids] = mat.shape[1]
+    out["n"] = n.astype(np.int64)
+    for side in ("value_a", "value_b"):
+        if side in d.columns and g:
+            out["mean_" + side[-1]] = np.bincount(codes, weights=d[side].to_numpy(np.float64), minlength=g) / n
+    out["diff"], out["ci_lo"], out["ci_hi"], out["p_value"] = mean, lo, hi, p
+    return out
+
+
+def benjamini_hochberg(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """(rejected [m] bool, adjusted [m] float): BH step-up FDR control; NaN p-values are skipped
+    (adjusted NaN, not rejected) and do not count in m."""
+    p = np.asarray(pvalues, dtype=np.float64).ravel()
+    adjusted = np.full(p.shape, np.nan)
+    ok = np.nonzero(np.isfinite(p))[0]
+    m = ok.size
+    if m:
+        order = np.argsort(p[ok], kind="stable")
+        ranked = p[ok][order] * m / np.arange(1, m + 1)
+        stepped = np.minimum.accumulate(ranked[::-1])[::-1].clip(max=1.0)
+        adjusted[ok[order]] = stepped
+    rejected = np.zeros(p.shape, dtype=bool)
+    rejected[ok] = adjusted[ok] <= alpha
+    return rejected, adjusted

@@ -1,0 +1,87 @@
+"""Per-example, per-head sum tables: the whole state of a metric reducer at one site."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+
+class SiteTable:
+    """Float64 sums of one (stack, layer) site, one row per example and one column per head.
+
+    arrays[name]: [capacity, H, *shapes[name]]; row ``i`` belongs to example ``examples[i]`` and
+    column ``j`` to model head ``heads[j]``. Adding is ``index_put_(accumulate=True)``, so the
+    same example seen twice (or in two shards) simply sums, in any order.
+    """
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.shapes = {k: tuple(v) for k, v in shapes.items()}
+        self._rows: dict[int, int] = {}
+        self._cols: dict[int, int] = {}
+        self.arrays = {k: torch.zeros(0, 0, *s, dtype=torch.float64) for k, s in self.shapes.items()}
+
+    @property
+    def examples(self) -> torch.Tensor:
+        """[N] long: example ids in row order."""
+        return torch.tensor(list(self._rows), dtype=torch.long)
+
+    @property
+    def heads(self) -> torch.Tensor:
+        """[H] long: model head indices in column order."""
+        return torch.tensor(list(self._cols), dtype=torch.long)
+
+    def trimmed(self) -> dict[str, torch.Tensor]:
+        """The arrays without spare capacity: name -> [N, H, *shape]."""
+        n = len(self._rows)
+        return {k: a[:n] for k, a in self.arrays.items()}
+
+    def add(self, example_ids: torch.Tensor, heads: torch.Tensor, values: Mapping[str, torch.Tensor]) -> None:
+        """Add ``values[name]`` ([B, H, *shape]) to the rows of ``example_ids`` ([B]) and columns of ``heads`` ([H])."""
+        rows = [self._rows.setdefault(int(e), len(self._rows)) for e in example_ids.tolist()]
+        cols = [self._cols.setdefault(int(h), len(self._cols)) for h in heads.tolist()]
+        self._reserve()
+        r = torch.tensor(rows, dtype=torch.long).view(-1, 1)
+        c = torch.tensor(cols, dtype=torch.long).view(1, -1)
+        for name, value in values.items():
+            value = value.detach().to(device="cpu", dtype=torch.float64)
+            self.arrays[name].index_put_((r, c), value, accumulate=True)
+
+    def merge(self, other: "SiteTable") -> None:
+        """Add another table's sums (same shapes) into this one."""
+        if other.shapes != self.shapes:
+            raise ValueError(f"cannot merge tables of shapes {other.shapes} into {self.shapes}")
+        if other._rows and other._cols:
+            self.add(other.examples, other.heads, other.trimmed())
+
+    def state(self) -> dict:
+        """Plain tensors: ``examples`` [N], ``heads`` [H] and ``arrays`` name -> [N, H, *shape]."""
+        return {
+            "examples": self.examples,
+            "heads": self.heads,
+            "arrays": {k: v.clone() for k, v in self.trimmed().items()},
+        }
+
+    @classmethod
+    def from_state(cls, shapes: Mapping[str, tuple[int, ...]], state: Mapping) -> "SiteTable":
+        """Rebuild a table from ``state()`` output."""
+        table = cls(shapes)
+        arrays = state["arrays"]
+        if set(arrays) != set(table.shapes):
+            raise ValueError(f"state arrays {sorted(arrays)} do not match {sorted(table.shapes)}")
+        examples = torch.as_tensor(state["examples"], dtype=torch.long)
+        heads = torch.as_tensor(state["heads"], dtype=torch.long)
+        if examples.numel() and heads.numel():
+            table.add(examples, heads, {k: torch.as_tensor(v) for k, v in arrays.items()})
+        return table
+
+    def _reserve(self) -> None:
+        """Grow the arrays (rows doubling) to hold every known example and head."""
+        n, h = len(self._rows), len(self._cols)
+        for name, a in self.arrays.items():
+            cap, width = a.shape[0], a.shape[1]
+            if n <= cap and h == width:
+                continue
+            new_cap = max(n, 2 * cap, 8) if n > cap else cap
+            grown = torch.zeros(new_cap, h, *self.shapes[name], dtype=torch.float64)
+            grown[:cap, :width] = a
+            self.arrays[name] = grown

@@ -1,0 +1,31 @@
+"""Figures for anchorlens metrics: attention maps, layer curves, head grids, role flow, position sweeps.
+
+Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no backend switch,
+no ``plt.show``); save it with :func:`save_figure` or embed it with :func:`figure_to_png_bytes`.
+"""
+from __future__ import annotations
+
+from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, ROLE_COLORS, clean_token
+from anchorlens.figures.curves import layer_curves
+from anchorlens.figures.heads import head_diff_grid, head_grid
+from anchorlens.figures.maps import AveragedStackMaps, attention_map_figure, average_maps_aligned
+from anchorlens.figures.positions import position_sweep
+from anchorlens.figures.roleflow import role_flow_heatmaps
+from anchorlens.figures.save import figure_to_png_bytes, save_figure
+
+__all__ = [
+    "AveragedStackMaps",
+    "DIFF_CMAP",
+    "MAP_CMAP",
+    "ROLE_COLORS",
+    "attention_map_figure",
+    "average_maps_aligned",
+    "clean_token",
+    "figure_to_png_bytes",
+    "head_diff_grid",
+    "head_grid",
+    "layer_curves",
+    "position_sweep",
+    "role_flow_heatmaps",
+    "save_figure",
+]

@@ -1,0 +1,147 @@
+"""Shared look of every figure: role colours, palettes, colormaps, token labels, figure creation.
+
+Figures are made with ``matplotlib.figure.Figure`` plus an Agg canvas, never through pyplot, so
+importing this package never switches the backend (a Jupyter inline backend stays as it is),
+nothing is registered with pyplot (no duplicate display, no leaked figures) and ``plt.show`` is
+never needed. In Jupyter the returned figure displays as the cell's value.
+"""
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+import unicodedata
+from collections.abc import Iterable, Sequence
+
+import seaborn as sns
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from anchorlens.roles.kinds import GUIDANCE_ROLES, ROLE_NAMES, Role
+
+# One colour per role, everywhere (seaborn "colorblind" palette).
+_CB = sns.color_palette("colorblind").as_hex()
+ROLE_COLORS: dict[str, str] = {
+    Role.SPECIAL.label: _CB[7],  # grey
+    Role.STRUCTURAL.label: _CB[1],  # orange
+    Role.CONTENT.label: _CB[0],  # blue
+    Role.SOFT_PROMPT.label: _CB[2],  # green
+    Role.INSTANCE.label: _CB[4],  # purple
+    Role.CAPSULE.label: _CB[3],  # vermillion
+}
+GUIDANCE_NAMES: tuple[str, ...] = tuple(r.label for r in GUIDANCE_ROLES)
+MAP_CMAP = "mako_r"  # perceptually uniform sequential; 0 is near-white
+DIFF_CMAP = "vlag"  # diverging, used symmetric around 0
+NAMED_POSITIONS: tuple[str, ...] = ("first", "after_structural", "middle", "last")
+
+
+def new_figure(width: float, height: float) -> Figure:
+    """A constrained-layout Figure with its own Agg canvas, unknown to pyplot."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def suptitle(fig: Figure, text: str, fontsize: float = 11.0) -> None:
+    """Figure title, each line wrapped to the figure width so it is never clipped."""
+    chars = max(20, int(fig.get_figwidth() * 72.0 / (0.55 * fontsize)))
+    lines = [w for line in text.split("\n") for w in (textwrap.wrap(line, chars) or [""])]
+    fig.suptitle("\n".join(lines), fontsize=fontsize)
+
+
+def role_name(role: object) -> str:
+    """Role label (``"structural"``) from a Role, its int value or its name."""
+    if isinstance(role, Role):
+        return role.label
+    if isinstance(role, (int,)) or (hasattr(role, "__int__") and not isinstance(role, str)):
+        return Role(int(role)).label
+    return str(role).strip().lower()
+
+
+def role_color(role: object) -> str:
+    """Colour of one role (grey for unknown names)."""
+    return ROLE_COLORS.get(role_name(role), "#555555")
+
+
+def ordered_roles(names: Iterable[str]) -> list[str]:
+    """Role names in ``Role`` order; unknown names last, alphabetically."""
+    present = {str(n) for n in names if str(n) != ""}
+    known = [r for r in ROLE_NAMES if r in present]
+    return known + sorted(present - set(known))
+
+
+def series_colors(names: Sequence[str]) -> dict[str, tuple[float, float, float]]:
+    """Colorblind-safe colour per series (checkpoint), in the given order."""
+    pal = sns.color_palette("colorblind", max(len(names), 1))
+    return {n: pal[i % len(pal)] for i, n in enumerate(names)}
+
+
+_REPLACE = {
+    "\n": "⏎",
+    "\r": "⏎",
+    "\t": "⇥",
+    "Ċ": "⏎",  # byte-level BPE newline
+    "ĉ": "⇥",  # byte-level BPE tab
+    "Ġ": " ",  # byte-level BPE space
+    "▁": " ",  # sentencepiece space
+}
+
+
+def clean_token(token: str, max_len: int = 14) -> str:
+    """Printable one-line tick label: BPE markers to spaces, newlines to ⏎, ``$`` escaped."""
+    text = "".join(_REPLACE.get(ch, ch) for ch in str(token))
+    text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C")
+    if text.strip() == "":
+        return "␣" if text else "∅"
+    if len(text) > max_len:
+        text = text[: max_len - 1] + "…"
+    return text.replace("$", r"\$")
+
+
+def pick_ticks(roles: Sequence[object], max_labels: int = 60) -> tuple[list[int], int]:
+    """Positions to label, at least ``step`` apart (so at most ~``max_labels``); guidance, then
+    structural, then special tokens are chosen first, content fills the gaps. Returns (ticks, step)."""
+    n = len(roles)
+    step = max(1, math.ceil(n / max(1, max_labels)))
+    if step == 1:
+        return list(range(n)), 1
+    rank = {**{g: 0 for g in GUIDANCE_NAMES}, "structural": 1, "special": 2}
+    order = sorted(range(n), key=lambda i: (rank.get(role_name(roles[i]), 3), i % step != 0, i))
+    taken: list[int] = []
+    for i in order:
+        if all(abs(i - j) >= step for j in taken):
+            taken.append(i)
+    return sorted(taken), step
+
+
+def label_fontsize(n_labels: int, length_in: float, largest: float = 8.0, smallest: float = 4.0) -> float:
+    """Font size (points) that fits ``n_labels`` along ``length_in`` inches without overlap."""
+    if n_labels <= 0:
+        return largest
+    return max(smallest, min(largest, 0.8 * 72.0 * length_in / n_labels))
+
+
+def pretty(name: str) -> str:
+    """Human text from a snake_case metric name."""
+    return str(name).replace("_", " ")
+
+
+def runs(positions: Sequence[int]) -> list[tuple[int, int]]:
+    """Contiguous runs ``(start, length)`` in sorted integer positions."""
+    out: list[tuple[int, int]] = []
+    for p in sorted(positions):
+        if out and p == out[-1][0] + out[-1][1]:
+            out[-1] = (out[-1][0], out[-1][1] + 1)
+        else:
+            out.append((p, 1))
+    return out
+
+
+def position_key(value: object) -> tuple[int, float, str]:
+    """Sort key: named positions (first, after_structural, middle, last), then ints, then other text."""
+    text = str(value)
+    if text in NAMED_POSITIONS:
+        return (0, float(NAMED_POSITIONS.index(text)), "")
+    if re.fullmatch(r"[+-]?\d+", text.strip()):
+        return (1, float(int(text)), "")
+    return (2, 0.0, text)

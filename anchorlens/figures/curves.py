@@ -1,0 +1,80 @@
+"""Per-layer metric curves with confidence bands, one line per checkpoint."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from anchorlens.figures._frames import filter_eq, pick_head, require_single, summarize
+from anchorlens.figures._style import new_figure, pretty, series_colors, suptitle
+
+
+def layer_curves(
+    summary_df: pd.DataFrame,
+    metric: str | Sequence[str],
+    *,
+    by: str = "checkpoint",
+    stack: str | None = None,
+    head: int | None = -1,
+    query_role: str | None = None,
+    key_role: str | None = None,
+    order: Sequence[str] | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Per-layer mean with 95% CI band, one line per ``by`` value; rows per metric, columns per stack.
+
+    ``summary_df`` may be a summary (``mean, ci_lo, ci_hi, n``) or raw tidy rows (``value``), which are
+    summarised over examples here. Lines are in ``order`` (default: sorted, so colours are stable).
+    """
+    metrics = [metric] if isinstance(metric, str) else list(metric)
+    df = filter_eq(summary_df, "metric", metrics)
+    df = filter_eq(df, "stack", stack)
+    df = pick_head(df, head)
+    df = filter_eq(df, "query_role", query_role)
+    df = filter_eq(df, "key_role", key_role)
+    if by not in df.columns or "layer" not in df.columns:
+        raise ValueError(f"need columns {by!r} and 'layer'; got {list(df.columns)}")
+    stacks = list(dict.fromkeys(df["stack"])) if "stack" in df.columns else [None]
+    facet = [c for c in ("metric", "stack") if c in df.columns]
+    for m in metrics:
+        part = df[df["metric"] == m] if "metric" in df.columns else df
+        require_single(part, ["query_role", "key_role"], f"metric {m}")
+    s = summarize(df, facet + [by, "layer"])
+    if s.duplicated(facet + [by, "layer"]).any():
+        raise ValueError("several summary rows per layer; filter the frame (e.g. by head or role) first")
+
+    series = list(order) if order else sorted(s[by].unique(), key=str)
+    colors = series_colors(series)
+    n_r, n_c = len(metrics), len(stacks)
+    fig = new_figure(4.2 * n_c + 1.8, 2.9 * n_r + 0.6)
+    axes = fig.subplots(n_r, n_c, squeeze=False, sharex=True)
+    for r, m in enumerate(metrics):
+        for c, st in enumerate(stacks):
+            ax = axes[r][c]
+            part = s[s["metric"] == m] if "metric" in s.columns else s
+            if st is not None:
+                part = part[part["stack"] == st]
+            for name in series:
+                line = part[part[by] == name].sort_values("layer")
+                if line.empty:
+                    continue
+                ax.plot(line["layer"], line["mean"], marker="o", ms=3, lw=1.6, color=colors[name], label=str(name))
+                if {"ci_lo", "ci_hi"} <= set(line.columns):
+                    ax.fill_between(line["layer"], line["ci_lo"], line["ci_hi"], color=colors[name],
+                                    alpha=0.2, lw=0)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.grid(alpha=0.3, lw=0.5)
+            if n_r * n_c > 1:
+                ax.set_title(pretty(m) + (f" ({st} stack)" if st is not None and n_c > 1 else ""), fontsize=10)
+            if c == 0:
+                ax.set_ylabel(pretty(m))
+            if r == n_r - 1:
+                ax.set_xlabel("layer")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", title=by, fontsize=8, title_fontsize=9, frameon=False)
+    ns = sorted({int(v) for v in s["n"].dropna()}) if "n" in s.columns else []
+    note = "shaded: 95% CI" + (f" over n = {ns[0]} examples" if len(ns) == 1 else " over examples")
+    suptitle(fig, (title or "Per-layer " + ", ".join(pretty(m) for m in metrics)) + f"\n{note}")
+    return fig

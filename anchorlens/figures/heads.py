@@ -1,0 +1,138 @@
+"""Layer x head grids: mean metric value per head, and paired differences with significance marks."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+
+from anchorlens.figures._frames import filter_eq, require_single, value_column
+from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, new_figure, pretty, suptitle
+
+_ANNOTATE_MAX_CELLS = 160
+# (minuend, subtrahend) columns naming what ``diff`` compares: compare_frames gives checkpoint - baseline.
+_PAIR_COLUMNS = (("checkpoint", "baseline"), ("checkpoint_a", "checkpoint_b"), ("a", "b"))
+
+
+def _prepare(df: pd.DataFrame, metric: str, stack: str | None, query_role: str | None,
+             key_role: str | None) -> tuple[pd.DataFrame, list]:
+    """Rows of one metric, per-head only (head >= 0), role filters applied; and the stacks left."""
+    out = filter_eq(df, "metric", metric)
+    out = filter_eq(out, "stack", stack)
+    out = filter_eq(out, "query_role", query_role)
+    out = filter_eq(out, "key_role", key_role)
+    out = out[out["head"] >= 0]
+    if out.empty:
+        raise ValueError(f"no per-head rows (head >= 0) for metric {metric!r}")
+    require_single(out, ["query_role", "key_role"], f"metric {metric}")
+    stacks = list(dict.fromkeys(out["stack"])) if "stack" in out.columns else [None]
+    return out, stacks
+
+
+def _grid(part: pd.DataFrame, column: str) -> pd.DataFrame:
+    """Layer (rows) x head (columns) table of the mean of ``column``."""
+    return part.groupby(["layer", "head"])[column].mean().unstack("head").sort_index().sort_index(axis=1)
+
+
+def _cell_fontsize(grid: pd.DataFrame, width_in: float) -> float:
+    return max(5.0, min(8.0, 0.55 * 72.0 * width_in / max(1, grid.shape[1]) / 4.5))
+
+
+def head_grid(
+    df: pd.DataFrame,
+    metric: str,
+    checkpoint: str,
+    *,
+    stack: str | None = None,
+    query_role: str | None = None,
+    key_role: str | None = None,
+    annotate: bool | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Layer x head heatmap of the mean ``metric`` of one checkpoint (one panel per stack)."""
+    part = filter_eq(df, "checkpoint", checkpoint)
+    part, stacks = _prepare(part, metric, stack, query_role, key_role)
+    col = value_column(part)
+    grids = [_grid(part[part["stack"] == st] if st is not None else part, col) for st in stacks]
+    lo = float(min(np.nanmin(g.to_numpy(dtype=float)) for g in grids))
+    hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids))
+    width = max(4.5, 0.45 * max(g.shape[1] for g in grids) + 1.8)
+    height = max(3.0, 0.28 * max(g.shape[0] for g in grids) + 1.4)
+    fig = new_figure(width * len(grids), height)
+    axes = fig.subplots(1, len(grids), squeeze=False)[0]
+    for ax, st, g in zip(axes, stacks, grids):
+        show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
+        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=".2f",
+                    annot_kws={"fontsize": _cell_fontsize(g, width)}, linewidths=0.3, linecolor="white",
+                    cbar_kws={"label": pretty(metric), "shrink": 0.9})
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.tick_params(axis="y", rotation=0)
+        ax.set_title(f"{st} stack" if st is not None else "", fontsize=10)
+    n = part["example"].nunique() if "example" in part.columns else None
+    note = f"mean over {n} examples" if n else "mean"
+    suptitle(fig, f"{title or pretty(metric) + ' per head'} — {checkpoint}\n{note}")
+    return fig
+
+
+def head_diff_grid(
+    compare_df: pd.DataFrame,
+    metric: str,
+    *,
+    checkpoint: str | None = None,
+    stack: str | None = None,
+    query_role: str | None = None,
+    key_role: str | None = None,
+    alpha: float = 0.05,
+    annotate: bool | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Layer x head heatmap of paired differences (diverging, centred at 0); ``*`` marks q < alpha.
+
+    Takes ``compare_frames`` output (checkpoint, baseline, diff = checkpoint - baseline, q_value; pass
+    ``checkpoint=`` when it holds several) or any frame with ``diff`` and ``q``.
+    """
+    frame = filter_eq(compare_df, "checkpoint", checkpoint) if "baseline" in compare_df.columns else compare_df
+    part, stacks = _prepare(frame, metric, stack, query_role, key_role)
+    if "baseline" in part.columns:
+        require_single(part, ["checkpoint", "baseline"], "comparison")
+    qcol = next((c for c in ("q", "q_value") if c in part.columns), None)
+    if "diff" not in part.columns or qcol is None:
+        raise ValueError(f"comparison frame needs 'diff' and 'q' (or 'q_value'); got {list(part.columns)}")
+    diffs = [_grid(part[part["stack"] == st] if st is not None else part, "diff") for st in stacks]
+    qs = [_grid(part[part["stack"] == st] if st is not None else part, qcol) for st in stacks]
+    pair = next(((part[a].iloc[0], part[b].iloc[0]) for a, b in _PAIR_COLUMNS
+                 if a in part.columns and b in part.columns), None)
+    bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
+    width = max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8)
+    height = max(3.0, 0.28 * max(g.shape[0] for g in diffs) + 1.4)
+    fig = new_figure(width * len(diffs), height)
+    axes = fig.subplots(1, len(diffs), squeeze=False)[0]
+    for ax, st, d, q in zip(axes, stacks, diffs, qs):
+        sig = (q.reindex_like(d).to_numpy(dtype=float) < alpha)
+        show = annotate if annotate is not None else d.size <= _ANNOTATE_MAX_CELLS
+        sns.heatmap(d, ax=ax, cmap=DIFF_CMAP, vmin=-bound, vmax=bound, annot=False,
+                    linewidths=0.3, linecolor="white", cbar_kws={"label": f"Δ {pretty(metric)}", "shrink": 0.9})
+        fs = _cell_fontsize(d, width)
+        values = d.to_numpy(dtype=float)
+        for i in range(d.shape[0]):
+            for j in range(d.shape[1]):
+                if np.isnan(values[i, j]):
+                    continue
+                strong = abs(values[i, j]) > 0.6 * bound
+                color = "white" if strong else "black"
+                if show:
+                    ax.text(j + 0.5, i + 0.5, f"{values[i, j]:.2f}" + ("*" if sig[i, j] else ""),
+                            ha="center", va="center", fontsize=fs, color=color)
+                elif sig[i, j]:
+                    ax.text(j + 0.5, i + 0.5, "*", ha="center", va="center", fontsize=fs + 4,
+                            fontweight="bold", color=color)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.tick_params(axis="y", rotation=0)
+        if st is not None:
+            ax.set_title(f"{st} stack", fontsize=10)
+    versus = f"\nΔ = {pair[0]} − {pair[1]}" if pair else ""
+    suptitle(fig, f"{title or 'Paired difference in ' + pretty(metric)}{versus}\n"
+             f"* q < {alpha:g} (Benjamini–Hochberg adjusted)")
+    return fig

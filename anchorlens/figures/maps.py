@@ -1,0 +1,302 @@
+"""Paper-style attention heatmaps (keys on x, queries on y) with guidance and structural outlines."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, Union
+
+import numpy as np
+import torch
+from matplotlib import colormaps
+from matplotlib import colors as mcolors
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
+
+from anchorlens.capture.maps import AttentionMaps, StackMaps
+from anchorlens.figures._style import (
+    suptitle,
+    GUIDANCE_NAMES,
+    MAP_CMAP,
+    ROLE_COLORS,
+    clean_token,
+    label_fontsize,
+    new_figure,
+    role_color,
+    role_name,
+    runs,
+    pick_ticks,
+)
+from anchorlens.roles.kinds import Role
+
+
+class StackMapsLike(Protocol):
+    """Anything shaped like ``StackMaps`` (probs [L,H,Q,K], layers, heads, roles, tokens)."""
+
+    probs: Any
+    layers: list[int]
+    heads: list[int]
+    q_roles: Any
+    k_roles: Any
+    q_tokens: list[str]
+    k_tokens: list[str]
+
+
+@dataclass
+class AveragedStackMaps(StackMaps):
+    """Mean of aligned ``StackMaps`` of several examples; tokens that differ become ``<role>``."""
+
+    example_ids: list[Any] = field(default_factory=list)
+    n_examples: int = 1
+
+
+Selector = Union[None, int, Literal["mean"]]
+MapsInput = Union[StackMapsLike, AttentionMaps]
+
+
+def _as_stack(m: MapsInput, stack: str | None) -> tuple[StackMapsLike, str | None, Any]:
+    """(stack maps, stack name, example id or ids) of one input."""
+    if isinstance(m, AttentionMaps):
+        name = stack or m.default_stack
+        if name not in m.stacks:
+            raise ValueError(f"stack {name!r} not captured; available: {', '.join(m.stacks)}")
+        return m.stacks[name], name, m.example_id
+    ids = getattr(m, "example_ids", None)
+    return m, stack, ids
+
+
+def _np(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64).numpy() if x.is_floating_point() else x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _roles(x: Any) -> list[int]:
+    return [int(r) for r in _np(x).tolist()]
+
+
+def _select(values: np.ndarray, axis_ids: Sequence[int], sel: Selector, what: str) -> tuple[np.ndarray, str]:
+    """Mean over (or pick one of) the first axis; returns array without that axis and a description."""
+    ids = list(axis_ids)
+    if sel is None or sel == "mean":
+        if len(ids) == 1:
+            return values[0], f"{what} {ids[0]}"
+        lo, hi = min(ids), max(ids)
+        contiguous = sorted(ids) == list(range(lo, hi + 1))
+        span = f" ({lo}–{hi})" if contiguous else f" ({', '.join(map(str, ids))})" if len(ids) <= 6 else ""
+        return values.mean(axis=0), f"{what} mean over {len(ids)} {what}s{span}"
+    if isinstance(sel, (int, np.integer)) and int(sel) in ids:
+        return values[ids.index(int(sel))], f"{what} {int(sel)}"
+    raise ValueError(f"{what} {sel!r} was not captured; choose 'mean' or one of {ids}")
+
+
+def _reduce(sm: StackMapsLike, layer: Selector, head: Selector) -> tuple[np.ndarray, str, str]:
+    """[Q, K] map after layer and head selection, with both descriptions."""
+    probs = _np(sm.probs).astype(np.float64)
+    if probs.ndim != 4:
+        raise ValueError(f"probs must be [layers, heads, queries, keys]; got shape {probs.shape}")
+    per_layer, ldesc = _select(probs, sm.layers, layer, "layer")  # [H, Q, K]
+    qk, hdesc = _select(per_layer, sm.heads, head, "head")
+    return qk, ldesc, hdesc
+
+
+def _example_desc(ids: Any) -> str:
+    if ids is None:
+        return ""
+    if isinstance(ids, (list, tuple)):
+        if len(ids) == 1:
+            return f"example {ids[0]}"
+        shown = ", ".join(map(str, ids[:6])) + (", …" if len(ids) > 6 else "")
+        return f"mean of {len(ids)} aligned examples ({shown})"
+    return f"example {ids}"
+
+
+def _style_ticks(ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int], size_in: float,
+                 max_labels: int) -> int:
+    """Thinned, cleaned, role-coloured tick labels on one axis; returns the labelling step."""
+    ticks, step = pick_ticks(roles, max_labels)
+    labels = [clean_token(tokens[i]) for i in ticks]
+    fs = label_fontsize(len(ticks), size_in)
+    if axis == "x":
+        ax.set_xticks(ticks, labels, rotation=90, fontsize=fs)
+        tick_labels = ax.get_xticklabels()
+    else:
+        ax.set_yticks(ticks, labels, fontsize=fs)
+        tick_labels = ax.get_yticklabels()
+    for t, i in zip(tick_labels, ticks):
+        t.set_color(role_color(roles[i]))
+        if role_name(roles[i]) in GUIDANCE_NAMES:
+            t.set_fontweight("bold")
+    return step
+
+
+def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
+    """Thick box around guidance key columns (rows if only queries are guidance); dashed structural boxes."""
+    n_q, n_k = len(q_roles), len(k_roles)
+    for name in GUIDANCE_NAMES:
+        kpos = [i for i, r in enumerate(k_roles) if role_name(r) == name]
+        qpos = [i for i, r in enumerate(q_roles) if role_name(r) == name]
+        if kpos:
+            for start, length in runs(kpos):
+                ax.add_patch(Rectangle((start - 0.5, -0.5), length, n_q, fill=False, lw=2.0,
+                                       ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}"))
+        elif qpos:
+            for start, length in runs(qpos):
+                ax.add_patch(Rectangle((-0.5, start - 0.5), n_k, length, fill=False, lw=2.0,
+                                       ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}"))
+    spos = [i for i, r in enumerate(k_roles) if int(r) == int(Role.STRUCTURAL)]
+    for start, length in runs(spos):
+        ax.add_patch(Rectangle((start - 0.5, -0.5), length, n_q, fill=False, lw=0.7, ls=(0, (3, 2)),
+                               ec=ROLE_COLORS["structural"], zorder=3, gid="structural"))
+
+
+def _mask_causal(qk: np.ndarray) -> np.ndarray:
+    """Square maps whose strictly upper triangle is exactly 0 (causal mask) get it masked (white)."""
+    if qk.shape[0] == qk.shape[1] and qk.shape[0] > 1:
+        upper = np.triu(np.ones(qk.shape, bool), k=1)
+        if not qk[upper].any():
+            return np.ma.masked_array(qk, mask=upper)
+    return qk
+
+
+def _norm(scale: str, vmax: float, positives: np.ndarray) -> mcolors.Normalize:
+    if scale == "linear":
+        return mcolors.Normalize(vmin=0.0, vmax=vmax)
+    if scale == "sqrt":
+        return mcolors.PowerNorm(gamma=0.5, vmin=0.0, vmax=vmax)
+    if scale == "log":
+        lo = float(np.quantile(positives, 0.01)) if positives.size else vmax * 1e-4
+        return mcolors.LogNorm(vmin=max(lo, vmax * 1e-4), vmax=vmax, clip=True)
+    raise ValueError(f"scale must be 'linear', 'sqrt' or 'log'; got {scale!r}")
+
+
+def attention_map_figure(
+    maps: Mapping[str, MapsInput] | MapsInput,
+    *,
+    stack: str | None = None,
+    layer: Selector = None,
+    head: Selector = None,
+    title: str | None = None,
+    scale: str = "linear",
+    vmax: float | None = None,
+    max_labels: int = 60,
+    panel_size: float | None = None,
+    cmap: str | mcolors.Colormap = MAP_CMAP,
+) -> Figure:
+    """One attention heatmap per checkpoint (keys on x, queries on y), shared colour scale."""
+    if not isinstance(maps, Mapping):
+        maps = {"": maps}
+    if not maps:
+        raise ValueError("no maps given")
+    panels = []
+    for name, m in maps.items():
+        sm, stack_name, ids = _as_stack(m, stack)
+        qk, ldesc, hdesc = _reduce(sm, layer, head)
+        parts = {"stack": f"{stack_name} stack" if stack_name else "", "layer": ldesc, "head": hdesc,
+                 "example": _example_desc(ids)}
+        panels.append((str(name), sm, qk, parts))
+
+    data_max = max(float(np.nanmax(p[2])) if p[2].size else 0.0 for p in panels)
+    top = float(vmax) if vmax is not None else (data_max if data_max > 0 else 1.0)
+    positives = np.concatenate([p[2][p[2] > 0].ravel() for p in panels])
+    norm = _norm(scale, top, positives)
+
+    if panel_size is None:
+        longest = max(max(p[2].shape) for p in panels)
+        panel_size = float(np.clip(4.0 + longest / 60.0, 4.5, 7.5))
+    cmap_obj = (colormaps[cmap] if isinstance(cmap, str) else cmap).with_extremes(bad="white")
+    n = len(panels)
+    fig = new_figure(panel_size * n + 1.6, panel_size + 1.6)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    shared = {k for k in ("stack", "layer", "head", "example")
+              if len({p[3][k] for p in panels}) == 1}
+    image = None
+    steps = []
+    for ax, (name, sm, qk, parts) in zip(axes, panels):
+        q_roles, k_roles = _roles(sm.q_roles), _roles(sm.k_roles)
+        image = ax.imshow(_mask_causal(qk), cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto")
+        _outline(ax, k_roles, q_roles)
+        steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels))
+        steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, panel_size, max_labels))
+        ax.tick_params(length=2, pad=1)
+        ax.set_xlabel("key position (attended to)")
+        ax.set_ylabel("query position (attending)")
+        own = [parts[k] for k in ("stack", "layer", "head", "example") if k not in shared and parts[k]]
+        ax.set_title(name + ("\n" + ", ".join(own) if own else ""), fontsize=10)
+    cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
+    cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)"))
+
+    present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}
+    handles = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
+               for r in GUIDANCE_NAMES if r in present]
+    if "structural" in present:
+        handles.append(Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)),
+                              label="structural (dashed)"))
+    handles += [Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
+                for r in ("special", "content") if r in present]
+    if handles:
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
+                   fontsize=8, frameon=False)
+
+    caption = ", ".join(panels[0][3][k] for k in ("stack", "layer", "head", "example")
+                        if k in shared and panels[0][3][k])
+    if max(steps) > 1:
+        caption += (", " if caption else "") + f"labels ≥ {max(steps)} positions apart (guidance/structural first)"
+    suptitle(fig, (title or "Attention maps") + (f"\n{caption}" if caption else ""))
+    return fig
+
+
+def _differences(a: Sequence[int], b: Sequence[int]) -> str:
+    if len(a) != len(b):
+        return f"lengths {len(a)} vs {len(b)}"
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return f"position {i} is {role_name(a[i])} vs {role_name(b[i])}"
+
+
+def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None) -> AveragedStackMaps:
+    """Average maps of several examples only when they share layers, heads and the exact role sequence."""
+    if not maps:
+        raise ValueError("no maps to average")
+    items = [_as_stack(m, stack) for m in maps]
+    ref, _, ref_id = items[0]
+    ref_q, ref_k = _roles(ref.q_roles), _roles(ref.k_roles)
+    ref_shape = tuple(_np(ref.probs).shape)
+    hint = ("averaging positions that play different parts would mix them; pick one example "
+            "(e.g. maps[0]) or only examples with the same template and field lengths")
+    for idx, (sm, _, ex_id) in enumerate(items[1:], start=1):
+        who = f"example {ex_id}" if ex_id is not None else f"maps[{idx}]"
+        if list(sm.layers) != list(ref.layers) or list(sm.heads) != list(ref.heads):
+            raise ValueError(f"cannot average {who}: it has other layers/heads than maps[0]")
+        for side, mine, theirs in (("query", _roles(sm.q_roles), ref_q), ("key", _roles(sm.k_roles), ref_k)):
+            if mine != theirs:
+                raise ValueError(f"cannot average {who} with maps[0]: {side} roles differ "
+                                 f"({_differences(theirs, mine)}); {hint}")
+        for attr in ("q_fields", "k_fields"):  # field names, when a maps object carries them
+            if getattr(sm, attr, None) is not None and list(getattr(sm, attr)) != list(getattr(ref, attr, [])):
+                raise ValueError(f"cannot average {who} with maps[0]: {attr} differ; {hint}")
+        if tuple(_np(sm.probs).shape) != ref_shape:
+            raise ValueError(f"cannot average {who}: probs shape {tuple(_np(sm.probs).shape)} vs {ref_shape}")
+
+    # Already-averaged inputs count with their number of examples.
+    weights = np.array([float(getattr(sm, "n_examples", 1)) for sm, _, _ in items])
+    stacked = np.stack([_np(sm.probs).astype(np.float64) for sm, _, _ in items])
+    mean = np.tensordot(weights / weights.sum(), stacked, axes=1)
+    probs = torch.from_numpy(mean).to(torch.float32)
+
+    def tokens(side: str, roles: list[int]) -> list[str]:
+        seqs = [list(getattr(sm, f"{side}_tokens")) for sm, _, _ in items]
+        return [seqs[0][i] if all(s[i] == seqs[0][i] for s in seqs) else f"<{role_name(roles[i])}>"
+                for i in range(len(roles))]
+
+    ids: list[Any] = []
+    for i, (_, _, ex_id) in enumerate(items):
+        if isinstance(ex_id, (list, tuple)):
+            ids.extend(ex_id)
+        else:
+            ids.append(ex_id if ex_id is not None else i)
+    return AveragedStackMaps(
+        probs=probs, layers=list(ref.layers), heads=list(ref.heads),
+        q_roles=torch.as_tensor(ref_q, dtype=torch.long), k_roles=torch.as_tensor(ref_k, dtype=torch.long),
+        q_tokens=tokens("q", ref_q), k_tokens=tokens("k", ref_k), example_ids=ids,
+        n_examples=int(weights.sum()),
+    )
