@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -48,6 +49,14 @@ def usage_errors(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             typer.secho("interrupted", err=True)
             raise typer.Exit(130)
+        except (typer.Exit, SystemExit):
+            raise
+        except Exception as err:  # an anchorlens bug: one line, full traceback on request
+            if os.environ.get("ANCHORLENS_DEBUG"):
+                raise
+            typer.secho(f"internal error: {type(err).__name__}: {err} (rerun with ANCHORLENS_DEBUG=1 for the traceback)",
+                        fg=typer.colors.RED, err=True)
+            raise typer.Exit(1)
 
     return wrapper
 
@@ -84,6 +93,39 @@ def demo(base: Base_ = "smollm2-135m", task: Task_ = "rte", n: N_ = None, batch_
     metrics = capture_statistics(model, inputs, batch_size=batch_size)
     title = f"{base} on {len(inputs.examples)} {inputs.task.name} examples: mean over examples and heads"
     typer.echo(format_table(per_layer_table(metrics), title))
+
+
+Ckpts_ = Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, capsule, a checkpoint dir or a PEFT dir.")]
+
+
+@app.command()
+@usage_errors
+def compare(
+    ckpt: Ckpts_,
+    out: Annotated[Path, typer.Option("--out", help="Output directory (refused if it exists, unless --force).")] = Path("anchorlens-compare"),
+    base: Base_ = "smollm2-135m",
+    task: Task_ = "rte",
+    data: Data_ = None,
+    n: N_ = None,
+    layers: Layers_ = None,
+    heads: Heads_ = None,
+    batch_size: Batch_ = 8,
+    map_example: Annotated[int, typer.Option("--map-example", help="Index of the example drawn in the attention-map figure.")] = 0,
+    dtype: Dtype_ = "float32",
+    force: Force_ = False,
+) -> None:
+    """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
+    from anchorlens.reports.comparison import write_comparison
+    from anchorlens.reports.rundir import check_writable
+    from anchorlens.reports.tables import headline_grid, to_text
+    from anchorlens.workflows.compare import compare as run_compare
+
+    check_writable(out, force)  # fail before minutes of capture, not after
+    result = run_compare(ckpt, base=base, task=task, data=data, n=n, selection=_selection(layers, heads),
+                         batch_size=batch_size, map_example=map_example, dtype=dtype, progress=True)
+    write_comparison(result, out, force)
+    typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
+    typer.echo(f"wrote {out}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
 
 
 def main() -> None:

@@ -1,0 +1,94 @@
+"""Write a comparison run directory: metrics, summary.md, figures/, report.html, manifest.json."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from anchorlens.analyses import average_heads
+from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_diff_grid, head_grid, layer_curves,
+                                role_flow_heatmaps, save_figure)
+from anchorlens.reports.html import render_report
+from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.reports.tables import headline_grid, to_markdown
+from anchorlens.workflows.compare import HEADLINE_ROLES, Comparison
+
+CURVE_METRICS = ("anchor_mass", "structural_attention", "entropy")
+
+
+def _curve_rows(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Head-averaged rows of the headline role pair of each curve metric."""
+    parts = []
+    for metric in CURVE_METRICS:
+        q, k = HEADLINE_ROLES[metric]
+        sel = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]
+        parts.append(sel)
+    rows = pd.concat(parts, ignore_index=True)
+    return pd.concat([average_heads(rows[rows.checkpoint == c]).assign(checkpoint=c) for c in rows.checkpoint.unique()],
+                     ignore_index=True)
+
+
+def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
+    """(file stem, caption, figure) for every figure of a comparison."""
+    base, others = result.checkpoints[0], result.checkpoints[1:]
+    q, k = HEADLINE_ROLES["anchor_mass"]
+    out = [
+        ("attention_maps", f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
+         "guidance outlined, structural tokens dashed", attention_map_figure(result.maps, layer="mean", head="mean")),
+        ("layer_curves", "Per-layer means with 95% CI over examples", layer_curves(_curve_rows(result.metrics), list(CURVE_METRICS))),
+    ]
+    for name in result.checkpoints:
+        out.append((f"heads_anchor_mass_{_safe(name)}", f"Attention to position 0 by layer and head: {name}",
+                    head_grid(result.metrics, "anchor_mass", name, query_role=q, key_role=k)))
+    for name in others:
+        paired = result.paired[result.paired["head"] >= 0]
+        out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to position 0, {name} − {base} (* q<0.05)",
+                    head_diff_grid(paired, "anchor_mass", checkpoint=name, query_role=q, key_role=k)))
+    flow = result.metrics[result.metrics.metric == "role_flow"]
+    flow = pd.concat([average_heads(flow[flow.checkpoint == c]).assign(checkpoint=c) for c in result.checkpoints], ignore_index=True)
+    flow = flow[flow.query_role != "all"]
+    out.append(("role_flow", "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
+                role_flow_heatmaps(flow)))
+    return out
+
+
+def _safe(name: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
+
+
+def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
+    """metrics.parquet (or metrics.csv when no parquet engine is installed)."""
+    try:
+        path = path_stem.with_suffix(".parquet")
+        df.to_parquet(path, index=False)
+    except ImportError:
+        path = path_stem.with_suffix(".csv")
+        df.to_csv(path, index=False)
+    return path
+
+
+def write_comparison(result: Comparison, out: str | Path, force: bool = False) -> Path:
+    """Write every artifact atomically into ``out``; refuses an existing ``out`` unless ``force``."""
+    target = Path(out)
+    grid = headline_grid(result.headline, result.checkpoints)
+    with atomic_run_dir(target, force) as tmp:
+        write_metrics(result.metrics, tmp / "metrics")
+        result.headline.to_csv(tmp / "headline.csv", index=False)
+        result.paired.to_csv(tmp / "paired.csv", index=False)
+        figures = comparison_figures(result)
+        (tmp / "figures").mkdir()
+        rendered = []
+        for stem, caption, fig in figures:
+            save_figure(fig, tmp / "figures" / stem)
+            rendered.append((caption, figure_to_png_bytes(fig)))
+        title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
+        facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
+        md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "
+              f"{result.facts['source']}, base {result.facts['base']}.", "",
+              "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
+              f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.", "", to_markdown(grid), ""]
+        (tmp / "summary.md").write_text("\n".join(md))
+        (tmp / "report.html").write_text(render_report(title, facts, grid, rendered))
+        write_json(tmp / "manifest.json", manifest(**facts, data_digest=examples_digest(result.inputs.examples)))
+    return target

@@ -1,0 +1,41 @@
+"""Text renderings of the headline table: markdown for summary.md, plain text for the terminal."""
+from __future__ import annotations
+
+import pandas as pd
+
+
+def _cell(row: pd.Series, baseline: bool) -> str:
+    text = f"{row['mean']:.3f} [{row['ci_lo']:.3f}, {row['ci_hi']:.3f}]"
+    if not baseline and pd.notna(row.get("diff")):
+        text += f"; Δ {row['diff']:+.3f} [{row['diff_lo']:+.3f}, {row['diff_hi']:+.3f}] q={row['q_value']:.3g}"
+    return text
+
+
+def headline_grid(headline: pd.DataFrame, checkpoints: list[str]) -> pd.DataFrame:
+    """Metric x checkpoint grid of formatted cells (mean [95% CI]; paired Δ vs the first checkpoint)."""
+    rows = {}
+    for _, row in headline.iterrows():
+        label = f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"
+        rows.setdefault(label, {})[row["checkpoint"]] = _cell(row, row["checkpoint"] == checkpoints[0])
+    grid = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=checkpoints)
+    return grid.fillna("n/a")
+
+
+def to_markdown(grid: pd.DataFrame, index_name: str = "metric") -> str:
+    """GitHub markdown table of a small string frame."""
+    header = [index_name, *map(str, grid.columns)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for idx, row in grid.iterrows():
+        lines.append("| " + " | ".join([str(idx), *map(str, row.tolist())]) + " |")
+    return "\n".join(lines)
+
+
+def to_text(grid: pd.DataFrame) -> str:
+    """Plain fixed-width rendering for the terminal: one block per metric."""
+    out = []
+    width = max(len(str(c)) for c in grid.columns)
+    for idx, row in grid.iterrows():
+        out.append(str(idx))
+        for ckpt, cell in row.items():
+            out.append(f"  {str(ckpt):<{width}}  {cell}")
+    return "\n".join(out)

@@ -1,0 +1,136 @@
+"""Compare checkpoints on the same examples: metrics, paired differences, headline table, maps."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from anchorlens.analyses import average_heads, compare_frames, headline_table, structural_attention
+from anchorlens.analyses.frames import concat_frames, roles_label
+from anchorlens.capture.collect import collect_maps, encode_batches
+from anchorlens.capture.maps import AttentionMaps
+from anchorlens.capture.selection import Selection
+from anchorlens.errors import UsageError
+from anchorlens.models.loading import load_base
+from anchorlens.roles.kinds import INPUT_ROLES
+from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.models import load_model
+from anchorlens.workflows.statistics import capture_statistics
+
+INPUT = roles_label(INPUT_ROLES)
+# Which (query_role, key_role) rows give each headline number: input queries, position-0 anchor.
+HEADLINE_ROLES = {
+    "anchor_mass": (INPUT, "first_token"),
+    "structural_attention": (INPUT, "structural"),
+    "entropy": ("all", ""),
+    "island_score": ("guidance", "guidance"),
+}
+HEADLINE = tuple(HEADLINE_ROLES)
+PAIRED_METRICS = ("anchor_mass", "structural_attention", "entropy", "island_score", "anchor_structural")
+
+
+@dataclass
+class Comparison:
+    """Everything ``compare`` measured; reports and figures are built from it."""
+
+    checkpoints: list[str]
+    inputs: Inputs
+    metrics: pd.DataFrame
+    headline: pd.DataFrame
+    paired: pd.DataFrame
+    maps: dict[str, AttentionMaps]
+    facts: dict = field(default_factory=dict)
+
+
+def checkpoint_names(specs: Sequence[str]) -> list[str]:
+    """Short unique display names: a directory's name, or the spec string itself."""
+    names: list[str] = []
+    for spec in specs:
+        name = Path(spec).name if Path(spec).expanduser().is_dir() else spec
+        base, k = name, 2
+        while name in names:
+            name, k = f"{base}#{k}", k + 1
+        names.append(name)
+    return names
+
+
+def _with_input_pooling(df: pd.DataFrame) -> pd.DataFrame:
+    """Add structural attention pooled over input queries (special, structural, content)."""
+    return concat_frames([df, structural_attention(df, query_roles=INPUT_ROLES)])
+
+
+def compare(
+    ckpts: Sequence[str],
+    *,
+    base: str = "smollm2-135m",
+    task: str = "rte",
+    data: str | Path | None = None,
+    n: int | None = None,
+    selection: Selection = Selection(),
+    batch_size: int = 8,
+    map_example: int = 0,
+    dtype: str | None = None,
+    progress: bool = False,
+    n_boot: int = 2000,
+) -> Comparison:
+    """Measure every checkpoint on the same inputs; the first checkpoint is the paired baseline."""
+    if len(ckpts) < 2:
+        raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
+    inputs = resolve_inputs(task, data, n)
+    if not 0 <= map_example < len(inputs.examples):
+        raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
+    shared = load_base(base, dtype=dtype)
+    models = {name: load_model(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
+    frames, maps, params = {}, {}, {}
+    for name, model in models.items():
+        bar = _progress(progress, len(inputs.examples), name)
+        df = _with_input_pooling(capture_statistics(model, inputs, selection=selection, batch_size=batch_size, progress=bar))
+        if bar is not None:
+            bar.close()
+        frames[name] = df
+        one = [inputs.examples[map_example]]
+        batch = encode_batches(model, one, inputs.task.template, batch_size=1, example_ids=[map_example])
+        maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
+        params[name] = int(getattr(model, "num_trainable", lambda: 0)())
+    names = list(models)
+    metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
+    roles = {m: r for m, r in HEADLINE_ROLES.items()}
+    headline = headline_table(frames, HEADLINE, roles=roles, n_boot=n_boot)
+    paired = _paired(frames, names[0], n_boot)
+    facts = {
+        "base": base,
+        "base_fingerprint": shared.fingerprint(),
+        "base_parameters": shared.num_parameters(),
+        "trainable_parameters": params,
+        "task": inputs.task.name,
+        "source": inputs.source,
+        "examples": len(inputs.examples),
+        "map_example": map_example,
+    }
+    return Comparison(names, inputs, metrics, headline, paired, maps, facts)
+
+
+def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.DataFrame:
+    """Per layer/head paired differences vs the baseline for the comparable metrics (BH per checkpoint)."""
+    keep = {name: df[df["metric"].isin(PAIRED_METRICS)] for name, df in frames.items()}
+    per_head = compare_frames(keep, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
+    means = {name: average_heads(df) for name, df in keep.items()}
+    layer_mean = compare_frames(means, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
+    return concat_frames_any([per_head, layer_mean])
+
+
+def concat_frames_any(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Concatenate frames of the same columns, skipping empty ones."""
+    parts = [f for f in frames if not f.empty]
+    return pd.concat(parts, ignore_index=True) if parts else frames[0]
+
+
+def _progress(enabled: bool, total: int, name: str):
+    """A tqdm bar on stderr, or None."""
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"capture {name}", unit="ex", leave=False)
