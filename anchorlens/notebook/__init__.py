@@ -1,0 +1,1 @@
+"""Jupyter helpers: ``inspect`` and its offline HTML widget."""
