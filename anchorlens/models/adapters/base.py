@@ -6,6 +6,7 @@ from typing import ClassVar
 import torch
 
 from anchorlens.capture.selection import Site
+from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
 
 
@@ -20,6 +21,12 @@ class ArchAdapter:
     model_types: ClassVar[tuple[str, ...]] = ()
     stack_sequences: ClassVar[dict[str, tuple[str, str]]] = {}
     causal: ClassVar[bool] = True
+    # Guidance (inserted positions). ``guidance_stacks``: self-attention stacks whose blocks accept
+    # per-layer inserted positions; ``block_args``: the block forward's positional parameter names.
+    supports_guidance: ClassVar[bool] = True
+    supports_prefix: ClassVar[bool] = False
+    guidance_stacks: ClassVar[tuple[str, ...]] = ()
+    block_args: ClassVar[tuple[str, ...]] = ("hidden_states",)
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """The transformer blocks of ``stack``, in order (for ``cross``: the decoder blocks)."""
@@ -58,3 +65,100 @@ class ArchAdapter:
         return model(**self.model_inputs(batch), use_cache=False, **kwargs) if self.causal else model(
             **self.model_inputs(batch), **kwargs
         )
+
+    # ------------------------------------------------------------------ guidance mechanics
+    def block_stack(self, stack: str) -> str:
+        """The stack whose blocks host ``stack``'s attention (``cross`` lives in decoder blocks)."""
+        return "decoder" if stack == "cross" else stack
+
+    def stack_causal(self, stack: str) -> bool:
+        """Whether self-attention in ``stack`` is causal."""
+        return self.causal
+
+    def token_embeddings(self, model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+        """[B, T] ids -> [B, T, d] input token embeddings (before any position embedding)."""
+        return self.embeddings(model)(ids)
+
+    def forward_embeds(
+        self,
+        model: torch.nn.Module,
+        batch: Encoded,
+        inputs_embeds: torch.Tensor,
+        attention_mask: torch.Tensor,
+        cache=None,
+        **kwargs,
+    ):
+        """Run the model from input embeddings [B, T', d] and their 2D mask [B, P+T'] (P: cache length)."""
+        if cache is not None:
+            return model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache, use_cache=True, **kwargs)
+        return model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, use_cache=False, **kwargs)
+
+    def kv_geometry(self, model: torch.nn.Module) -> tuple[int, int, int]:
+        """(layers, key/value heads, head dim) of the self-attention stack, for key-only prefixes."""
+        raise NotImplementedError(f"{self.family} has no key-only prefix support")
+
+    def get_arg(self, args: tuple, kwargs: dict, name: str):
+        """A block argument by name, wherever the caller put it (positionally or by keyword)."""
+        i = self.block_args.index(name) if name in self.block_args else len(args)
+        return args[i] if i < len(args) else kwargs.get(name)
+
+    def set_arg(self, args: tuple, kwargs: dict, name: str, value) -> tuple[tuple, dict]:
+        """Replace a block argument where the caller put it (keyword if it was absent)."""
+        i = self.block_args.index(name) if name in self.block_args else len(args)
+        if i < len(args):
+            args = args[:i] + (value,) + args[i + 1 :]
+        else:
+            kwargs = {**kwargs, name: value}
+        return args, kwargs
+
+    def has_arg(self, args: tuple, kwargs: dict, name: str) -> bool:
+        """Whether the caller passed ``name``."""
+        i = self.block_args.index(name) if name in self.block_args else len(args)
+        return i < len(args) or name in kwargs
+
+    def block_hidden(self, args: tuple, kwargs: dict) -> torch.Tensor:
+        """Hidden states [B, T, d] entering a block."""
+        return self.get_arg(args, kwargs, "hidden_states")
+
+    def splice_block_inputs(
+        self,
+        model: torch.nn.Module,
+        stack: str,
+        args: tuple,
+        kwargs: dict,
+        hidden: torch.Tensor,
+        splice: Splice,
+        valid: torch.Tensor,
+        memo: dict,
+    ) -> tuple[tuple, dict]:
+        """Block arguments for the spliced hidden states [B, T+N, d]: mask and position ids extended.
+
+        valid: [B, T+N] bool validity of the spliced sequence; memo: per-forward cache shared by
+        all layers (the same splice recurs at every layer).
+        """
+        args, kwargs = self.set_arg(args, kwargs, "hidden_states", hidden)
+        mask = self.get_arg(args, kwargs, "attention_mask")
+        if mask is not None:
+            key = ("mask", stack, id(splice), id(mask))
+            if key not in memo:
+                memo[key] = (mask, splice.mask(mask, self.stack_causal(stack), valid))
+            args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[key][1])
+        pos = kwargs.get("position_ids")
+        if pos is not None:
+            key = ("pos", stack, id(splice))
+            if key not in memo:
+                memo[key] = splice.positions(pos)
+            kwargs = {**kwargs, "position_ids": memo[key]}
+        return args, kwargs
+
+    def block_output_hidden(self, output) -> torch.Tensor:
+        """Hidden states [B, T+N, d] a block returned."""
+        return output[0] if isinstance(output, tuple) else output
+
+    def strip_block_output(
+        self, model: torch.nn.Module, stack: str, output, hidden: torch.Tensor, splice: Splice, memo: dict
+    ):
+        """The block's output with the stripped hidden states [B, T, d] in place of the spliced ones."""
+        if isinstance(output, tuple):
+            return (hidden, *output[1:])
+        return hidden

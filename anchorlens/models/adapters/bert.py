@@ -13,6 +13,7 @@ class BertAdapter(ArchAdapter):
     model_types = ("bert",)
     stack_sequences = {"encoder": ("input", "input")}
     causal = False
+    supports_guidance = False
 
     def _core(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.bert if hasattr(model, "bert") else model

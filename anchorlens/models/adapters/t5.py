@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from anchorlens.models.adapters.base import ArchAdapter
+from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
 
 
@@ -18,6 +19,15 @@ class T5Adapter(ArchAdapter):
         "cross": ("target", "input"),
     }
     causal = False
+    guidance_stacks = ("encoder", "decoder")
+    block_args = (
+        "hidden_states",
+        "attention_mask",
+        "position_bias",
+        "encoder_hidden_states",
+        "encoder_attention_mask",
+        "encoder_decoder_position_bias",
+    )
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """Encoder blocks for ``encoder``; decoder blocks for ``decoder`` and ``cross``."""
@@ -44,3 +54,49 @@ class T5Adapter(ArchAdapter):
     def forward(self, model: torch.nn.Module, batch: Encoded, **kwargs):
         """Run encoder and decoder without a cache."""
         return model(**self.model_inputs(batch), use_cache=False, **kwargs)
+
+    def stack_causal(self, stack: str) -> bool:
+        """The decoder's self-attention is causal; the encoder's is not."""
+        return stack == "decoder"
+
+    def forward_embeds(self, model, batch: Encoded, inputs_embeds, attention_mask, cache=None, **kwargs):
+        """Encoder from embeddings [B, T', d] and mask [B, T']; decoder from the batch's target ids."""
+        if cache is not None:
+            raise ValueError("T5 takes no key-only prefix cache in anchorlens")
+        if batch.target_ids is None:
+            raise ValueError("a T5 base needs decoder inputs: encode the batch with a target side")
+        return model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            decoder_input_ids=batch.target_ids,
+            decoder_attention_mask=batch.target_mask,
+            use_cache=False,
+            **kwargs,
+        )
+
+    def _bias(self, model, stack: str, length: int, device, memo: dict) -> torch.Tensor:
+        """Relative position bias [1, H, L, L] of ``stack`` for ``length`` positions (block 0's table)."""
+        key = ("t5bias", stack, length)
+        if key not in memo:
+            attn = self.blocks(model, stack)[0].layer[0].SelfAttention
+            memo[key] = attn.compute_bias(length, length, device=device)
+        return memo[key]
+
+    def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo):
+        """Also recompute the relative position bias for T+N and extend cross-attention rows."""
+        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo)
+        bias = self._bias(model, stack, splice.new_len, hidden.device, memo)
+        args, kwargs = self.set_arg(args, kwargs, "position_bias", bias)
+        for name in ("encoder_attention_mask", "encoder_decoder_position_bias"):
+            value = self.get_arg(args, kwargs, name)
+            if value is not None:
+                args, kwargs = self.set_arg(args, kwargs, name, splice.rows(value))
+        return args, kwargs
+
+    def strip_block_output(self, model, stack, output, hidden, splice: Splice, memo):
+        """Return the T-position bias and cross-attention bias so later blocks see unspliced shapes."""
+        _, _, cross_bias = output
+        bias = self._bias(model, stack, splice.old_len, hidden.device, memo)
+        if cross_bias is not None:
+            cross_bias = splice.unrows(cross_bias)
+        return hidden, bias, cross_bias

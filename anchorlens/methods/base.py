@@ -1,0 +1,114 @@
+"""The guidance protocol: a small module that inserts positions into a frozen base.
+
+Three levels:
+
+- ``input``: vectors spliced into the input embeddings once and kept through the model
+  (soft prompt, instance token);
+- ``layer``: vectors spliced into the sequence entering a block and removed after it, at every
+  layer of each of its stacks (deep prompt, capsule);
+- ``prefix``: key/value pairs prepended to the keys of every self-attention layer; key-only
+  positions, not queries (PEFT prefix tuning).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from anchorlens.errors import UsageError
+from anchorlens.methods.positions import Position
+from anchorlens.roles.kinds import Role
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of x [B, T, d] over positions where mask [B, T] is True -> [B, d] (0 for empty rows)."""
+    w = mask.to(x.dtype).unsqueeze(-1)
+    total = (x * w).sum(1)
+    return total / w.sum(1).clamp_min(1.0)
+
+
+class Guidance(nn.Module):
+    """Base class of guidance methods; subclasses set ``kind``, ``role``, ``level``."""
+
+    kind: ClassVar[str] = ""
+    spec_name: ClassVar[str] = ""  # the name in spec strings (``prompt``, ``deep-prompt``)
+    role: ClassVar[Role] = Role.SOFT_PROMPT
+    level: ClassVar[str] = "input"
+
+    def __init__(self, position: str | int | Position = "first") -> None:
+        super().__init__()
+        self.position = Position.parse(position)
+        self.bound = False
+        self.stacks: tuple[str, ...] = ()
+        self.layers: dict[str, int] = {}
+        self.hidden_size = 0
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, base, generator: torch.Generator) -> None:
+        """Create the parameters for ``base`` (width, layers, stacks); UsageError if unsupported."""
+        adapter = base.adapter
+        if not adapter.supports_guidance:
+            raise UsageError(f"{self.kind} needs a base that accepts inserted positions; {adapter.family} supports capture only")
+        self.hidden_size = base.hidden_size
+        self.stacks = self.choose_stacks(adapter)
+        self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
+        self.build(base, generator)
+        self.bound = True
+
+    def choose_stacks(self, adapter) -> tuple[str, ...]:
+        """Stacks this guidance inserts into (input-level: the first stack)."""
+        return (adapter.stacks()[0],)
+
+    def build(self, base, generator: torch.Generator) -> None:
+        """Create parameters (override); called once by ``bind``."""
+
+    # ------------------------------------------------------------------ facts
+    def count(self) -> int:
+        """Positions inserted per example (per layer for layer-level guidance)."""
+        raise NotImplementedError
+
+    def options(self) -> dict[str, Any]:
+        """JSON-able options that rebuild this guidance with ``from_options``."""
+        raise NotImplementedError
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> "Guidance":
+        """Rebuild from ``options()``."""
+        return cls(**options)
+
+    def num_trainable(self) -> int:
+        """Trainable parameters."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def describe(self) -> str:
+        """Spec-like one-line description (``capsule:fusion=add,pos=first``)."""
+        def text(value: Any) -> str:
+            return "/".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+        opts = ",".join(f"{'pos' if k == 'position' else k}={text(v)}" for k, v in self.options().items() if v is not None)
+        name = self.spec_name or self.kind
+        return f"{name}:{opts}" if opts else name
+
+    # ------------------------------------------------------------------ runtime hooks
+    def begin(self) -> None:
+        """Reset per-forward state before a forward pass."""
+
+    def input_vectors(self, embeds: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Input-level: embeds [B, T, d] of the input tokens, valid [B, T] -> vectors [B, n, d]."""
+        raise NotImplementedError
+
+    def layer_vectors(self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Layer-level: hidden [B, T, d] entering the block, valid [B, T] -> vectors [B, n, d]."""
+        raise NotImplementedError
+
+    def after_layer(self, stack: str, layer: int, output: torch.Tensor, pool: torch.Tensor, own: torch.Tensor) -> None:
+        """Layer-level: the block's output [B, T+N, d]; pool [B, T+N] = valid kept positions and own ones."""
+
+    def prefix_kv(self, layer: int, batch_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prefix-level: (keys, values) [B, kv_heads, n, head_dim] for ``layer``."""
+        raise NotImplementedError
+
+    def extra_repr(self) -> str:
+        """Shown by ``print(module)``."""
+        return self.describe()

@@ -1,0 +1,204 @@
+"""GuidedModel: a frozen base plus guidance modules, usable for capture and for training."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+import torch
+from torch import nn
+
+from anchorlens.capture.selection import Site
+from anchorlens.errors import UsageError
+from anchorlens.methods.base import Guidance
+from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
+from anchorlens.methods.runtime import LayerSplicer
+from anchorlens.roles.encoding import Encoded
+
+
+class GuidedModel:
+    """A base with guidances; implements the capture-target protocol (``device``, ``sites``, ``layout``, ``forward``).
+
+    Only the guidances' parameters train; the base stays frozen. ``forward`` returns the HF
+    output with ``.logits`` re-aligned to the batch's input positions (decoder-only: [B, T, V],
+    kept inserted positions removed; T5: decoder logits unchanged). Other outputs (hidden states)
+    keep the inserted input-level positions.
+    """
+
+    def __init__(self, base, guidances: Iterable[Guidance] = (), seed: int = 0) -> None:
+        guidances = list(guidances)
+        if guidances and not base.adapter.supports_guidance:
+            raise UsageError(
+                f"guidance ({', '.join(g.kind for g in guidances)}) is not supported on {base.adapter.family} bases "
+                f"({base.spec}): they are capture-only; use a decoder-only or T5 base"
+            )
+        self.base = base
+        generator = torch.Generator().manual_seed(seed)
+        for g in guidances:
+            if not isinstance(g, Guidance):
+                raise TypeError(f"expected a Guidance, got {type(g).__name__}")
+            if not g.bound:
+                g.bind(base, generator)
+        self.guidances = nn.ModuleList(guidances).to(base.device)
+        self.seed = seed
+        self.meta: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ delegation to the base
+    @property
+    def device(self) -> torch.device:
+        """Device of the base model."""
+        return self.base.device
+
+    @property
+    def model(self) -> nn.Module:
+        """The frozen HF model."""
+        return self.base.model
+
+    @property
+    def tokenizer(self):
+        """The base's tokenizer."""
+        return self.base.tokenizer
+
+    @property
+    def adapter(self):
+        """The base's architecture adapter."""
+        return self.base.adapter
+
+    @property
+    def num_layers(self) -> int:
+        """Layers of the base's first stack."""
+        return self.base.num_layers
+
+    @property
+    def hidden_size(self) -> int:
+        """Width d of the base."""
+        return self.base.hidden_size
+
+    @property
+    def is_encoder_decoder(self) -> bool:
+        """True for T5-style bases."""
+        return self.base.is_encoder_decoder
+
+    @property
+    def name(self) -> str:
+        """Short description: base spec plus methods (``tiny-llama+capsule:fusion=add``)."""
+        return "+".join([self.base.spec] + [g.describe() for g in self.guidances])
+
+    def encode(self, rendered: Sequence, example_ids: Sequence[int] | None = None, max_length: int | None = None) -> Encoded:
+        """Tokenize with the base (see ``Base.encode``)."""
+        return self.base.encode(rendered, example_ids, max_length=max_length)
+
+    def sites(self) -> list[tuple[Site, nn.Module]]:
+        """Every attention (site, module) pair of the base."""
+        return self.base.sites()
+
+    # ------------------------------------------------------------------ capture target
+    def plan(self, batch: Encoded) -> Plan:
+        """Where every guidance position goes for ``batch``."""
+        return build_plan(self.base, list(self.guidances), batch)
+
+    def layout(self, batch: Encoded):
+        """Layout provider with the inserted positions' roles at every (stack, layer)."""
+        if not len(self.guidances):
+            return self.base.layout(batch)
+        return GuidedLayout(self.base.adapter, self.plan(batch))
+
+    def forward(self, batch: Encoded, **kwargs):
+        """Run the guided model on ``batch`` (moved to the device); grads flow to guidance parameters only."""
+        if not len(self.guidances):
+            return self.base.forward(batch.to(self.device), **kwargs)
+        batch = batch.to(self.device)
+        plan = self.plan(batch)
+        adapter, model = self.base.adapter, self.base.model
+        embeds = adapter.token_embeddings(model, batch.input_ids)
+        hidden, mask = embeds, batch.attention_mask
+        if plan.inputs is not None:
+            valid = batch.attention_mask.bool()
+            vectors = [g.input_vectors(embeds, valid).to(embeds.dtype) for g, _, _ in plan.inputs.owners]
+            hidden = plan.inputs.splice.apply(embeds, torch.cat(vectors, dim=1))
+            mask = plan.sequences["input"].valid.to(batch.attention_mask.dtype)
+        cache = self._prefix_cache(plan, batch.batch_size, embeds.dtype)
+        if cache is not None:
+            n = sum(plan.prefix.values())
+            mask = torch.cat([torch.ones(mask.shape[0], n, dtype=mask.dtype, device=mask.device), mask], dim=1)
+        for g in self.guidances:
+            g.begin()
+        try:
+            with LayerSplicer(self.base, plan).installed():
+                out = adapter.forward_embeds(model, batch, hidden, mask, cache=cache, **kwargs)
+        finally:
+            for g in self.guidances:
+                g.begin()  # drop per-forward state (and the graph it references)
+        if plan.inputs is not None and not self.is_encoder_decoder and getattr(out, "logits", None) is not None:
+            out.logits = plan.inputs.splice.remove(out.logits)
+        return out
+
+    __call__ = forward
+
+    def _prefix_cache(self, plan: Plan, batch_size: int, dtype: torch.dtype):
+        """A DynamicCache prefilled with the prefix keys/values (PEFT's mechanism), or None."""
+        prefixes = [g for g in self.guidances if g.level == "prefix"]
+        if not prefixes:
+            return None
+        from transformers import DynamicCache
+
+        g = prefixes[0]
+        layers = g.layers[g.stacks[0]]
+        return DynamicCache([g.prefix_kv(layer, batch_size, dtype) for layer in range(layers)])
+
+    # ------------------------------------------------------------------ parameters
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The guidance parameters (the base has none trainable)."""
+        return [p for p in self.guidances.parameters() if p.requires_grad]
+
+    def num_trainable(self) -> int:
+        """Number of trainable scalars."""
+        return sum(p.numel() for p in self.trainable_parameters())
+
+    def share_of_base(self) -> float:
+        """Trainable parameters as a fraction of the base's parameters."""
+        return self.num_trainable() / max(1, self.base.num_parameters())
+
+    def parameter_report(self) -> list[dict[str, Any]]:
+        """Per guidance: kind, description, trainable parameters and share of base."""
+        total = max(1, self.base.num_parameters())
+        return [
+            {"kind": g.kind, "method": g.describe(), "trainable": g.num_trainable(), "share_of_base": g.num_trainable() / total}
+            for g in self.guidances
+        ]
+
+    def guidance_state_dict(self) -> dict[str, torch.Tensor]:
+        """Guidance tensors keyed ``"{index}.{name}"`` (detached, on CPU, contiguous)."""
+        return {k: v.detach().cpu().contiguous() for k, v in self.guidances.state_dict().items()}
+
+    def load_guidance_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load tensors saved by ``guidance_state_dict`` (strict: same keys and shapes)."""
+        own = self.guidances.state_dict()
+        missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
+        if missing or extra:
+            raise UsageError(f"guidance tensors do not match the methods: missing {missing}, unexpected {extra}")
+        for key, value in state.items():
+            if tuple(value.shape) != tuple(own[key].shape):
+                raise UsageError(f"guidance tensor {key} is {tuple(value.shape)}, the methods need {tuple(own[key].shape)}")
+        self.guidances.load_state_dict({k: v.to(own[k].device) for k, v in state.items()})
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able description: base spec and fingerprint, methods with options, parameter counts."""
+        return {
+            "base": {"spec": self.base.spec, "fingerprint": self.base.fingerprint()},
+            "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidances],
+            "seed": self.seed,
+            "num_trainable": self.num_trainable(),
+            "share_of_base": self.share_of_base(),
+        }
+
+    def train(self, mode: bool = True) -> "GuidedModel":
+        """Put the guidances in training mode; the base stays in eval mode (frozen, no dropout)."""
+        self.guidances.train(mode)
+        return self
+
+    def eval(self) -> "GuidedModel":
+        """Evaluation mode."""
+        return self.train(False)
+
+    def __repr__(self) -> str:
+        """``GuidedModel(tiny-llama+capsule:..., trainable=256)``."""
+        return f"GuidedModel({self.name}, trainable={self.num_trainable()})"

@@ -1,0 +1,71 @@
+"""Per-forward hooks that splice layer-level guidance positions in and out of every block."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+
+from anchorlens.methods.plan import Plan, Spliced
+
+
+class LayerSplicer:
+    """Installs, for one forward, a pre-hook (insert) and a post-hook (remove) on each guided block."""
+
+    def __init__(self, base, plan: Plan) -> None:
+        self.base = base
+        self.plan = plan
+        self.memo: dict = {}
+
+    @contextmanager
+    def installed(self) -> Iterator["LayerSplicer"]:
+        """Hooks active for the duration of the block; removed afterwards even on error."""
+        handles = []
+        adapter, model = self.base.adapter, self.base.model
+        try:
+            for stack, per_layer in self.plan.layers.items():
+                for layer, block in enumerate(adapter.blocks(model, stack)):
+                    spliced = per_layer[layer]
+                    if spliced is None:
+                        continue
+                    handles.append(block.register_forward_pre_hook(self._pre(stack, layer, spliced), with_kwargs=True))
+                    handles.append(
+                        block.register_forward_hook(self._post(stack, layer, spliced), with_kwargs=True, prepend=True)
+                    )
+            yield self
+        finally:
+            for h in handles:
+                h.remove()
+            self.memo.clear()
+
+    def _kept_valid(self, stack: str) -> torch.Tensor:
+        """[B, T] validity of the kept sequence flowing through ``stack``."""
+        name = self.base.adapter.stack_sequences[stack][0]
+        return self.plan.sequences[name].valid
+
+    def _pre(self, stack: str, layer: int, spliced: Spliced):
+        adapter, model = self.base.adapter, self.base.model
+
+        def hook(module, args, kwargs):
+            hidden = adapter.block_hidden(args, kwargs)
+            valid = self._kept_valid(stack).to(hidden.device)
+            vectors = [g.layer_vectors(stack, layer, hidden, valid).to(hidden.dtype) for g, _, _ in spliced.owners]
+            new_hidden = spliced.splice.apply(hidden, torch.cat(vectors, dim=1))
+            return adapter.splice_block_inputs(
+                model, stack, args, kwargs, new_hidden, spliced.splice, spliced.roles.valid.to(hidden.device), self.memo
+            )
+
+        return hook
+
+    def _post(self, stack: str, layer: int, spliced: Spliced):
+        adapter, model = self.base.adapter, self.base.model
+
+        def hook(module, args, kwargs, output):
+            hidden = adapter.block_output_hidden(output)
+            kept = spliced.roles.valid.to(hidden.device) & ~spliced.splice.inserted
+            for g, start, end in spliced.owners:
+                own = spliced.own(start, end)
+                g.after_layer(stack, layer, hidden, kept | own, own)
+            return adapter.strip_block_output(model, stack, output, spliced.splice.remove(hidden), spliced.splice, self.memo)
+
+        return hook

@@ -1,0 +1,138 @@
+"""The capsule forward equals a hand-written layer-by-layer loop of the two CaPT equations."""
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+
+from anchorlens.methods import Capsule, GuidedModel
+
+from .helpers import after_last_valid, drop_rows, first_valid, insert_rows, masked_mean, rte_batch
+
+TOL = 1e-5
+
+
+def _random_capsule(base, **kw) -> GuidedModel:
+    """A capsule with nonzero p so the learned part is exercised too."""
+    return GuidedModel(base, [Capsule(init="random", **kw)], seed=3)
+
+
+def _index(mask, position):
+    return first_valid(mask) if position == "first" else after_last_valid(mask)
+
+
+def reference_decoder_only(base, batch, p: torch.Tensor, position: str) -> torch.Tensor:
+    """Logits [B, T, V] of a Llama-family model with S_i spliced before every layer by hand."""
+    m = base.model
+    x = m.model.embed_tokens(batch.input_ids)
+    valid = batch.attention_mask.bool()
+    index = _index(batch.attention_mask, position)
+    pooled = None
+    for i, layer in enumerate(m.model.layers):
+        mean = masked_mean(x, valid) if pooled is None else pooled  # Mean(E) or Mean(S_{i-1} ⊕ H_{i-1})
+        s = (p[i] + mean).unsqueeze(1)  # S_i = p_i + Mean(...)
+        xn = insert_rows(x, index, s)
+        vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]))
+        pos = torch.arange(xn.shape[1]).unsqueeze(0)
+        mask = create_causal_mask(config=m.config, inputs_embeds=xn, attention_mask=vn.long(), cache=None, position_ids=pos)
+        out = layer(xn, attention_mask=mask, position_ids=pos, position_embeddings=m.model.rotary_emb(xn, pos))
+        pooled = masked_mean(out, vn)
+        x = drop_rows(out, index, 1)
+    return m.lm_head(m.model.norm(x))
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("position", ["first", "last"])
+def test_capsule_equals_hand_loop_decoder_only(tiny_base, name, padding_side, position):
+    base = tiny_base(name)
+    batch = rte_batch(base, padding_side)
+    guided = _random_capsule(base, position=position)
+    with torch.no_grad():
+        got = guided.forward(batch).logits
+        want = reference_decoder_only(base, batch, guided.guidances[0].p["decoder"], position)
+    valid = batch.attention_mask.bool()
+    diff = float((got - want).abs()[valid].max())
+    print(f"capsule {name} {padding_side} {position}: max abs diff {diff:.2e}")
+    assert diff <= TOL
+
+
+def reference_t5(base, batch, p_enc: torch.Tensor, p_dec: torch.Tensor, position: str):
+    """(encoder output [B, T, d], decoder logits [B, S, V]) of T5 with capsules spliced by hand."""
+    m = base.model
+    enc, dec = m.encoder, m.decoder
+    x = enc.embed_tokens(batch.input_ids)
+    valid = batch.attention_mask.bool()
+    index = _index(batch.attention_mask, position)
+    pooled = None
+    for i, block in enumerate(enc.block):
+        mean = masked_mean(x, valid) if pooled is None else pooled
+        xn = insert_rows(x, index, (p_enc[i] + mean).unsqueeze(1))
+        vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]))
+        mask = create_bidirectional_mask(config=enc.config, inputs_embeds=xn, attention_mask=vn.long())
+        bias = enc.block[0].layer[0].SelfAttention.compute_bias(xn.shape[1], xn.shape[1])
+        out = block(xn, mask, bias)[0]
+        pooled = masked_mean(out, vn)
+        x = drop_rows(out, index, 1)
+    enc_out = enc.final_layer_norm(x)
+    # decoder side: capsule first (target has no padding here)
+    y = dec.embed_tokens(batch.target_ids)
+    tvalid = batch.target_mask.bool()
+    tindex = [0] * y.shape[0]
+    pooled = None
+    for i, block in enumerate(dec.block):
+        mean = masked_mean(y, tvalid) if pooled is None else pooled
+        yn = insert_rows(y, tindex, (p_dec[i] + mean).unsqueeze(1))
+        vn = insert_rows(tvalid, tindex, torch.ones_like(tvalid[:, :1]))
+        self_mask = create_causal_mask(config=dec.config, inputs_embeds=yn, attention_mask=vn.long(), cache=None)
+        cross_mask = create_bidirectional_mask(
+            config=dec.config, inputs_embeds=yn, attention_mask=batch.attention_mask, encoder_hidden_states=enc_out
+        )
+        bias = dec.block[0].layer[0].SelfAttention.compute_bias(yn.shape[1], yn.shape[1])
+        out = block(yn, self_mask, bias, enc_out, cross_mask, None)[0]
+        pooled = masked_mean(out, vn)
+        y = drop_rows(out, tindex, 1)
+    h = dec.final_layer_norm(y)
+    if m.config.scale_decoder_outputs:
+        h = h * (m.model_dim**-0.5)
+    return enc_out, m.lm_head(h)
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("position", ["first", "last"])
+def test_capsule_equals_hand_loop_t5(tiny_base, padding_side, position):
+    base = tiny_base("tiny-t5")
+    batch = rte_batch(base, padding_side)
+    guided = _random_capsule(base, position=position)
+    g = guided.guidances[0]
+    with torch.no_grad():
+        out = guided.forward(batch)
+        enc_want, logits_want = reference_t5(base, batch, g.p["encoder"], g.p["decoder"], position)
+    valid = batch.attention_mask.bool()
+    enc_diff = float((out.encoder_last_hidden_state - enc_want).abs()[valid].max())
+    dec_diff = float((out.logits - logits_want).abs().max())
+    print(f"capsule t5 {padding_side} {position}: encoder {enc_diff:.2e}, decoder logits {dec_diff:.2e}")
+    assert enc_diff <= TOL and dec_diff <= TOL
+
+
+def test_untrained_capsule_is_the_mean_token(tiny_base):
+    """p = 0: the first layer's capsule is exactly Mean(E)."""
+    base = tiny_base("tiny-llama")
+    batch = rte_batch(base, "left")
+    guided = GuidedModel(base, [Capsule()])
+    g = guided.guidances[0]
+    assert float(g.p["decoder"].detach().abs().max()) == 0.0
+    seen = {}
+    norm = base.model.model.layers[0].input_layernorm  # sees the spliced sequence entering layer 0
+    handle = norm.register_forward_pre_hook(lambda mod, args: seen.setdefault("x", args[0]))
+    try:
+        with torch.no_grad():
+            guided.forward(batch)
+    finally:
+        handle.remove()
+    x = seen["x"]  # spliced input of layer 0
+    index = first_valid(batch.attention_mask)
+    embeds = base.model.model.embed_tokens(batch.input_ids)
+    want = masked_mean(embeds, batch.attention_mask.bool())
+    got = torch.stack([x[b, i] for b, i in enumerate(index)])
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)

@@ -1,0 +1,94 @@
+"""Capture works on every method: layouts match the attention shapes and rows sum to 1 over valid keys."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anchorlens.capture.run import capture_batch
+from anchorlens.capture.sinks import MapSink
+from anchorlens.methods import Capsule, GuidedModel, InstanceToken, Prefix, load_guided
+from anchorlens.roles.kinds import Role
+
+from .helpers import Collect, rte_batch
+
+SPECS = [
+    "base",
+    "instance",
+    "instance:k=2,mode=chunks,pos=middle",
+    "capsule",
+    "capsule:fusion=prepend,pos=last",
+    "capsule:fusion=project,pos=after_structural",
+    "prompt:n=3",
+    "deep-prompt:n=2,pos=2",
+    "prompt:n=2+instance+capsule+deep-prompt:n=1",
+]
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2", "tiny-t5"])
+@pytest.mark.parametrize("spec", SPECS)
+def test_capture_every_method(tiny_base, name, spec):
+    base = tiny_base(name)
+    guided = load_guided(spec, base=base)
+    batch = rte_batch(base, "left" if name != "tiny-t5" else "right")
+    sink = Collect()
+    out = capture_batch(guided, batch, sink)  # the session raises if a layout disagrees with a shape
+    assert not torch.isnan(out.logits).any()
+    assert {(e.stack, e.layer) for e in sink.events} == {(s.stack, s.layer) for s, _ in base.sites()}
+    for event in sink.events:
+        valid_q = event.layout.q.valid
+        sums = event.probs.sum(-1)
+        assert torch.allclose(sums[valid_q[:, None, :].expand_as(sums)], torch.ones(()), atol=1e-5)
+        hidden = ~(event.visible & event.layout.k.valid[:, None, None, :])
+        assert float((event.probs * hidden).abs().max()) == 0.0
+    if not base.is_encoder_decoder:
+        assert out.logits.shape[:2] == batch.input_ids.shape
+
+
+@pytest.mark.parametrize("spec,role,count", [("capsule", Role.CAPSULE, 1), ("deep-prompt:n=3", Role.SOFT_PROMPT, 3),
+                                             ("instance:k=2", Role.INSTANCE, 2)])
+def test_map_sink_labels_inserted_positions(tiny_base, spec, role, count):
+    base = tiny_base("tiny-llama")
+    guided = load_guided(spec, base=base)
+    batch = rte_batch(base, "right")
+    sink = MapSink()
+    capture_batch(guided, batch, sink)
+    maps = sink.maps(base.adapter.stack_sequences)
+    for row, m in enumerate(maps):
+        s = m.stacks["decoder"]
+        q = int(batch.attention_mask[row].sum()) + count
+        assert s.probs.shape == (base.num_layers, base.num_heads, q, q)
+        assert s.q_roles[:count].tolist() == [int(role)] * count  # inserted first
+        assert s.q_tokens[0] == f"<{role.label}>"
+
+
+def test_capsule_gets_attention_from_later_tokens(tiny_base):
+    base = tiny_base("tiny-llama")
+    guided = load_guided("capsule", base=base)
+    batch = rte_batch(base, "left")
+    sink = Collect()
+    capture_batch(guided, batch, sink)
+    for event in sink.events:
+        is_capsule = event.layout.k.roles == int(Role.CAPSULE)  # [B, K]
+        mass = (event.probs * is_capsule[:, None, None, :]).sum(-1)  # [B, H, Q]
+        assert float(mass.max()) > 0
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_prefix_composes_with_spliced_positions(tiny_base, name, padding_side):
+    base = tiny_base(name)
+    guided = GuidedModel(base, [Prefix(3), InstanceToken(), Capsule(position="middle")], seed=2)
+    batch = rte_batch(base, padding_side)
+    sink = Collect()
+    out = capture_batch(guided, batch, sink)
+    assert out.logits.shape[:2] == batch.input_ids.shape and not torch.isnan(out.logits).any()
+    for event in sink.events:
+        q, k = event.probs.shape[-2:]
+        assert k == q + 3
+        assert (event.layout.k.roles[:, :3] == int(Role.SOFT_PROMPT)).all()
+        valid_q = event.layout.q.valid
+        sums = event.probs.sum(-1)
+        assert torch.allclose(sums[valid_q[:, None, :].expand_as(sums)], torch.ones(()), atol=1e-5)
+        # every valid query sees every prefix key
+        prefix_visible = event.visible[:, 0, :, :3].expand(valid_q.shape[0], q, 3)  # [B, Q, 3]
+        assert bool(prefix_visible[valid_q].all())

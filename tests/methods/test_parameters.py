@@ -1,0 +1,77 @@
+"""Parameter counts, frozen base, gradients, architecture support."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from anchorlens.errors import UsageError
+from anchorlens.methods import Capsule, DeepPrompt, GuidedModel, InstanceToken, SoftPrompt, load_guided
+
+from .helpers import rte_batch
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_parameter_counts(tiny_base, name):
+    base = tiny_base(name)
+    L, d = base.num_layers, base.hidden_size
+    assert GuidedModel(base, [Capsule()]).num_trainable() == L * d
+    assert GuidedModel(base, [Capsule(fusion="prepend")]).num_trainable() == L * d
+    assert GuidedModel(base, [Capsule(fusion="project", rank=4)]).num_trainable() == L * d + 2 * d * 4
+    assert GuidedModel(base, [SoftPrompt(7)]).num_trainable() == 7 * d
+    assert GuidedModel(base, [DeepPrompt(3)]).num_trainable() == L * 3 * d
+    assert GuidedModel(base, [InstanceToken(k=2)]).num_trainable() == 0
+    both = GuidedModel(base, [SoftPrompt(2), Capsule()])
+    assert both.num_trainable() == 2 * d + L * d
+    assert both.share_of_base() == pytest.approx(both.num_trainable() / base.num_parameters())
+    assert [r["trainable"] for r in both.parameter_report()] == [2 * d, L * d]
+
+
+def test_t5_counts_both_stacks_by_default(tiny_base):
+    base = tiny_base("tiny-t5")
+    d = base.hidden_size
+    enc = base.adapter.num_layers(base.model, "encoder")
+    dec = base.adapter.num_layers(base.model, "decoder")
+    assert GuidedModel(base, [Capsule()]).num_trainable() == (enc + dec) * d
+    assert GuidedModel(base, [Capsule(stacks="encoder")]).num_trainable() == enc * d
+    assert load_guided("deep-prompt:n=2,stacks=decoder", base=base).num_trainable() == dec * 2 * d
+
+
+def test_gradients_reach_guidance_only(tiny_base):
+    base = tiny_base("tiny-llama")
+    guided = GuidedModel(base, [SoftPrompt(2), Capsule(), DeepPrompt(1)])
+    batch = rte_batch(base, "left")
+    out = guided.forward(batch)
+    last = batch.attention_mask.shape[1] - 1  # left padding: last position is the last valid token
+    out.logits[:, last].logsumexp(-1).sum().backward()
+    for p in guided.trainable_parameters():
+        assert p.grad is not None and float(p.grad.abs().sum()) > 0
+        p.grad = None
+    assert all(p.grad is None for p in base.model.parameters())
+    assert not any(p.requires_grad for p in base.model.parameters())
+
+
+def test_bert_guidance_is_refused(tiny_base):
+    base = tiny_base("tiny-bert")
+    with pytest.raises(UsageError, match="capture-only"):
+        GuidedModel(base, [Capsule()])
+    assert load_guided("base", base=base).num_trainable() == 0
+
+
+def test_prefix_on_t5_is_refused(tiny_base):
+    from anchorlens.methods import Prefix
+
+    with pytest.raises(UsageError, match="decoder-only"):
+        GuidedModel(tiny_base("tiny-t5"), [Prefix(3)])
+
+
+@pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-t5"])
+@pytest.mark.parametrize("spec", ["capsule", "deep-prompt:n=2"])
+def test_gpt2_and_t5_run_layer_methods(tiny_base, name, spec):
+    base = tiny_base(name)
+    batch = rte_batch(base, "right")
+    guided = load_guided(spec, base=base)
+    with torch.no_grad():
+        got = guided.forward(batch).logits
+        plain = base.forward(batch).logits
+    assert got.shape == plain.shape
+    assert float((got - plain).abs().max()) > 0  # the inserted positions change the output
