@@ -128,6 +128,24 @@ def compare(
     typer.echo(f"wrote {out}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
 
 
+@app.command()
+@usage_errors
+def figures(
+    run_dir: Annotated[Path, typer.Argument(help="A directory written by `anchorlens compare`.")],
+    out: Annotated[Optional[Path], typer.Option("--out", help="Where to write (default RUN_DIR/figures).")] = None,
+    force: Force_ = False,
+) -> None:
+    """Redraw every figure of a compare run from its saved metrics and maps."""
+    from anchorlens.reports.comparison import load_comparison, write_figures
+    from anchorlens.reports.rundir import check_writable
+
+    result = load_comparison(run_dir)
+    target = out or run_dir / "figures"
+    check_writable(target, force)
+    written = write_figures(result, target)
+    typer.echo(f"wrote {len(written)} figures (png + pdf) to {target}/")
+
+
 def main() -> None:
     """Console-script entry point."""
     app(prog_name="anchorlens")

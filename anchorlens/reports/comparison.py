@@ -1,14 +1,17 @@
 """Write a comparison run directory: metrics, summary.md, figures/, report.html, manifest.json."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads
+from anchorlens.capture.maps_io import load_maps, save_maps
 from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_diff_grid, head_grid, layer_curves,
                                 role_flow_heatmaps, save_figure)
+from anchorlens.errors import UsageError
 from anchorlens.reports.html import render_report
 from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
 from anchorlens.reports.tables import headline_grid, to_markdown
@@ -76,12 +79,8 @@ def write_comparison(result: Comparison, out: str | Path, force: bool = False) -
         write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
-        figures = comparison_figures(result)
-        (tmp / "figures").mkdir()
-        rendered = []
-        for stem, caption, fig in figures:
-            save_figure(fig, tmp / "figures" / stem)
-            rendered.append((caption, figure_to_png_bytes(fig)))
+        save_maps(result.maps, tmp / "maps")
+        rendered = write_figures(result, tmp / "figures")
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
         md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "
@@ -90,5 +89,36 @@ def write_comparison(result: Comparison, out: str | Path, force: bool = False) -
               f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.", "", to_markdown(grid), ""]
         (tmp / "summary.md").write_text("\n".join(md))
         (tmp / "report.html").write_text(render_report(title, facts, grid, rendered))
+        write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
         write_json(tmp / "manifest.json", manifest(**facts, data_digest=examples_digest(result.inputs.examples)))
     return target
+
+
+def write_figures(result: Comparison, folder: Path) -> list[tuple[str, bytes]]:
+    """Save every comparison figure (png + pdf) into ``folder``; returns (caption, png bytes) pairs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rendered = []
+    for stem, caption, fig in comparison_figures(result):
+        save_figure(fig, folder / stem, overwrite=True)
+        rendered.append((caption, figure_to_png_bytes(fig)))
+    return rendered
+
+
+def load_comparison(run_dir: str | Path) -> Comparison:
+    """Rebuild a Comparison (without its inputs) from a run directory written by ``write_comparison``."""
+    run = Path(run_dir)
+    needed = ["facts.json", "headline.csv", "paired.csv", "maps.json"]
+    missing = [f for f in needed if not (run / f).exists()]
+    metrics = next((p for p in (run / "metrics.parquet", run / "metrics.csv") if p.exists()), None)
+    if not run.is_dir() or missing or metrics is None:
+        raise UsageError(f"{run} is not an anchorlens compare run directory (missing {', '.join(missing) or 'metrics'})")
+    facts = json.loads((run / "facts.json").read_text())
+    df = pd.read_parquet(metrics) if metrics.suffix == ".parquet" else pd.read_csv(metrics, keep_default_na=False)
+    read = lambda name: pd.read_csv(run / name, keep_default_na=False, na_values=[""])  # noqa: E731
+    headline, paired = read("headline.csv"), read("paired.csv")
+    for frame in (headline, paired):
+        for col in ("query_role", "key_role"):
+            if col in frame.columns:
+                frame[col] = frame[col].fillna("").astype(str)
+    checkpoints = facts.pop("checkpoints")
+    return Comparison(checkpoints, None, df, headline, paired, load_maps(run / "maps"), facts)

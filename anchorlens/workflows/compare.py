@@ -83,6 +83,8 @@ def compare(
         raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
     shared = load_base(base, dtype=dtype)
     models = {name: load_model(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
+    for model in models.values():
+        validate_positions(model, inputs, batch_size)
     frames, maps, params = {}, {}, {}
     for name, model in models.items():
         bar = _progress(progress, len(inputs.examples), name)
@@ -121,6 +123,14 @@ def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.D
     return concat_frames_any([per_head, layer_mean])
 
 
+def validate_positions(model, inputs: Inputs, batch_size: int) -> None:
+    """Plan every batch's inserted positions before any capture, so bad positions fail in seconds."""
+    if not hasattr(model, "plan"):
+        return
+    for batch in encode_batches(model, inputs.examples, inputs.task.template, batch_size=batch_size):
+        model.plan(batch)
+
+
 def concat_frames_any(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """Concatenate frames of the same columns, skipping empty ones."""
     parts = [f for f in frames if not f.empty]
@@ -133,4 +143,4 @@ def _progress(enabled: bool, total: int, name: str):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=f"capture {name}", unit="ex", leave=False)
+    return tqdm(total=total, desc=f"capture {name}", unit="ex", leave=False, disable=None)  # None: off when not a TTY

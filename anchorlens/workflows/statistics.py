@@ -22,8 +22,8 @@ def default_reducers(anchor_role: str = "capsule") -> list:
 
 def anchors_of(model) -> tuple[str, ...]:
     """Anchors worth reporting for a model: the first token, plus each guidance role it inserts."""
-    roles = getattr(model, "guidance_roles", lambda: ())()
-    return ("first_token", *(Role(r).label for r in roles))
+    roles = dict.fromkeys(Role(g.role).label for g in getattr(model, "guidances", ()))
+    return ("first_token", *roles)
 
 
 def capture_statistics(

@@ -1,0 +1,47 @@
+"""Save and load named AttentionMaps as safetensors + a JSON sidecar (no pickle)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Mapping
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from anchorlens.capture.maps import AttentionMaps, StackMaps
+
+
+def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path, Path]:
+    """Write ``stem.safetensors`` (probs and roles) and ``stem.json`` (tokens, layers, heads)."""
+    stem = Path(stem)
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, dict] = {}
+    for i, (name, amap) in enumerate(maps.items()):
+        entry = {"name": name, "example_id": amap.example_id, "stacks": {}}
+        for stack, sm in amap.stacks.items():
+            key = f"{i}/{stack}"
+            tensors[f"{key}/probs"] = sm.probs.contiguous()
+            tensors[f"{key}/q_roles"] = sm.q_roles.contiguous()
+            tensors[f"{key}/k_roles"] = sm.k_roles.contiguous()
+            entry["stacks"][stack] = {"layers": sm.layers, "heads": sm.heads, "q_tokens": sm.q_tokens, "k_tokens": sm.k_tokens}
+        meta[str(i)] = entry
+    st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+    save_file(tensors, str(st))
+    js.write_text(json.dumps(meta))
+    return st, js
+
+
+def load_maps(stem: str | Path) -> dict[str, AttentionMaps]:
+    """Read maps written by :func:`save_maps`, in their saved order."""
+    stem = Path(stem)
+    tensors = load_file(str(stem.with_suffix(".safetensors")))
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    out: dict[str, AttentionMaps] = {}
+    for i, entry in sorted(meta.items(), key=lambda kv: int(kv[0])):
+        stacks = {}
+        for stack, info in entry["stacks"].items():
+            key = f"{i}/{stack}"
+            stacks[stack] = StackMaps(tensors[f"{key}/probs"], info["layers"], info["heads"], tensors[f"{key}/q_roles"],
+                                      tensors[f"{key}/k_roles"], info["q_tokens"], info["k_tokens"])
+        out[entry["name"]] = AttentionMaps(entry["example_id"], stacks)
+    return out

@@ -1,0 +1,107 @@
+"""The CLI end to end on a tiny base: artifacts written, bad input gives one line and exit 2."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from anchorlens.cli import app
+
+runner = CliRunner()
+TINY = ["--base", "tiny-llama"]
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp") / "run"
+    result = run("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "6", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out, result.output
+
+
+def test_compare_writes_every_artifact(compare_dir):
+    out, output = compare_dir
+    for name in ("metrics.parquet", "summary.md", "report.html", "manifest.json", "headline.csv", "paired.csv"):
+        assert (out / name).is_file(), name
+    pngs = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert {"attention_maps.png", "layer_curves.png", "role_flow.png"} <= set(pngs)
+    assert len(list((out / "figures").glob("*.pdf"))) == len(pngs)
+    html = (out / "report.html").read_text()
+    assert "http://" not in html and "https://" not in html and "<script" not in html
+    assert html.count("data:image/png;base64,") == len(pngs)
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    assert set(metrics.checkpoint) == {"base", "instance"}
+    assert metrics.example.nunique() == 6
+    summary = (out / "summary.md").read_text()
+    assert "| metric | base | instance |" in summary and "Δ" in summary
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["base_fingerprint"]["model_type"] == "llama" and len(manifest["data_digest"]) == 16
+    assert "anchor_mass" in output  # headline table printed
+
+
+def test_instance_token_is_an_anchor_in_the_headline(compare_dir):
+    out, _ = compare_dir
+    head = pd.read_csv(out / "headline.csv")
+    mass = head[head.metric == "anchor_mass"].set_index("checkpoint")["mean"]
+    # With the instance token at position 0, what position 0 receives is the instance token's share.
+    assert 0.0 <= mass["base"] <= 1.0 and 0.0 <= mass["instance"] <= 1.0
+
+
+def test_existing_out_is_refused_and_left_untouched(compare_dir):
+    out, _ = compare_dir
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    result = run("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--out", str(out))
+    assert result.exit_code == 2
+    assert "already exists" in result.output and "--force" in result.output
+    assert "Traceback" not in result.output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
+
+
+def test_figures_command_redraws_from_saved_run(compare_dir, tmp_path):
+    out, _ = compare_dir
+    result = run("figures", str(out), "--out", str(tmp_path / "fig"))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == sorted(p.name for p in (out / "figures").glob("*.png"))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ckpt", "base", "--ckpt", "nonsense"], "unknown method"),
+        (["--ckpt", "base", "--ckpt", "./missing/ckpt"], "no such directory"),
+        (["--ckpt", "base"], "at least two --ckpt"),
+        (["--ckpt", "base", "--ckpt", "instance", "--task", "nope"], "unknown task"),
+        (["--ckpt", "base", "--ckpt", "instance", "--data", "/does/not/exist.jsonl"], "no such file"),
+        (["--ckpt", "base", "--ckpt", "instance", "--layers", "x-y"], "cannot parse --layers"),
+        (["--ckpt", "base", "--ckpt", "instance:pos=99999"], "beyond"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
+    out = tmp_path / "out"
+    result = run("compare", *args, *TINY, "--n", "2", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_empty_data_file_is_refused(tmp_path):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("")
+    result = run("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--data", str(data), "--out", str(tmp_path / "o"))
+    assert result.exit_code == 2 and "no examples" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_demo_on_tiny_base_prints_per_layer_table():
+    result = run("demo", *TINY, "--n", "4")
+    assert result.exit_code == 0, result.output
+    lines = [l for l in result.output.splitlines() if l.strip()[:1].isdigit()]
+    assert len(lines) == 4  # one row per layer of tiny-llama
