@@ -22,7 +22,7 @@ app = typer.Typer(
 Base_ = Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, or a local HF dir.")]
 Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
 Data_ = Annotated[Optional[Path], typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
-N_ = Annotated[Optional[int], typer.Option("--n", help="Use the first N examples.")]
+N_ = Annotated[Optional[int], typer.Option("--n", "--limit", help="Use the first N examples (--limit under torchrun, which claims --n).")]
 Layers_ = Annotated[Optional[str], typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")]
 Heads_ = Annotated[Optional[str], typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")]
 Batch_ = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")]
@@ -120,12 +120,20 @@ def compare(
     from anchorlens.reports.tables import headline_grid, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
+    from anchorlens import runtime as rt
+
     check_writable(out, force)  # fail before minutes of capture, not after
-    result = run_compare(ckpt, base=base, task=task, data=data, n=n, selection=_selection(layers, heads),
-                         batch_size=batch_size, map_example=map_example, dtype=dtype, progress=True)
-    write_comparison(result, out, force)
-    typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
-    typer.echo(f"wrote {out}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
+    started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
+    try:
+        result = run_compare(ckpt, base=base, task=task, data=data, n=n, selection=_selection(layers, heads),
+                             batch_size=batch_size, map_example=map_example, dtype=dtype, progress=rt.is_main())
+        if rt.is_main():
+            write_comparison(result, out, force)
+            typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
+            typer.echo(f"wrote {out}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
+        rt.barrier()
+    finally:
+        rt.shutdown(started)
 
 
 @app.command()
@@ -144,6 +152,64 @@ def figures(
     check_writable(target, force)
     written = write_figures(result, target)
     typer.echo(f"wrote {len(written)} figures (png + pdf) to {target}/")
+
+
+@app.command()
+@usage_errors
+def positions(
+    ckpt: Annotated[str, typer.Option("--ckpt", help="Spec or checkpoint with a capsule or instance token (e.g. instance, capsule, runs/capsule).")],
+    positions: Annotated[str, typer.Option("--positions", help="Comma-separated: first, after_structural, middle, last, or token indices.")] = "first,middle,last",
+    out: Annotated[Path, typer.Option("--out", help="Output directory (refused if it exists, unless --force).")] = Path("anchorlens-positions"),
+    base: Base_ = "smollm2-135m",
+    task: Task_ = "rte",
+    data: Data_ = None,
+    n: N_ = None,
+    layers: Layers_ = None,
+    heads: Heads_ = None,
+    batch_size: Batch_ = 8,
+    dtype: Dtype_ = "float32",
+    force: Force_ = False,
+) -> None:
+    """Sweep the capsule/instance position; writes metrics, positions.csv, summary.md and figures/."""
+    from anchorlens.reports.positions import position_grid, write_positions
+    from anchorlens.reports.rundir import check_writable
+    from anchorlens.workflows.positions import sweep_positions
+
+    check_writable(out, force)
+    sweep = sweep_positions(ckpt, positions, base=base, task=task, data=data, n=n, selection=_selection(layers, heads),
+                            batch_size=batch_size, dtype=dtype)
+    write_positions(sweep, out, force)
+    typer.echo(position_grid(sweep.summary, sweep.positions).to_string())
+    typer.echo(f"wrote {out}/", err=True)
+
+
+@app.command()
+@usage_errors
+def capture(
+    ckpt: Annotated[str, typer.Option("--ckpt", help="Checkpoint spec: base, instance, capsule, a checkpoint dir or a PEFT dir.")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory; re-running the same command resumes an interrupted run.")] = Path("anchorlens-capture"),
+    base: Base_ = "smollm2-135m",
+    task: Task_ = "rte",
+    data: Data_ = None,
+    n: N_ = None,
+    layers: Layers_ = None,
+    heads: Heads_ = None,
+    batch_size: Batch_ = 8,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Examples per saved progress shard.")] = 32,
+    max_length: Annotated[Optional[int], typer.Option("--max-length", min=2, help="Truncate inputs to this many tokens.")] = None,
+    dtype: Dtype_ = "float32",
+    force: Annotated[bool, typer.Option("--force", help="Replace a finished run / discard unfinished progress.")] = False,
+    no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
+) -> None:
+    """Stream attention statistics into OUT/metrics.parquet; sharded under torchrun, resumable after a kill."""
+    from anchorlens.workflows.capture_run import run_capture
+
+    path = run_capture(ckpt, base, task, data, n, _selection(layers, heads), batch_size, out, force,
+                       chunk_size=chunk_size, progress=not no_progress, dtype=dtype, max_length=max_length)
+    from anchorlens.runtime import is_main
+
+    if is_main():
+        typer.echo(f"wrote {path}/metrics.parquet", err=True)
 
 
 def main() -> None:

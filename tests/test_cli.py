@@ -105,3 +105,33 @@ def test_demo_on_tiny_base_prints_per_layer_table():
     assert result.exit_code == 0, result.output
     lines = [l for l in result.output.splitlines() if l.strip()[:1].isdigit()]
     assert len(lines) == 4  # one row per layer of tiny-llama
+
+
+def test_compare_under_torchrun_two_processes_matches_one(tmp_path, compare_dir):
+    """`torchrun --nproc-per-node 2 -m anchorlens compare` (gloo) equals the single-process run."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    if not torchrun.exists():
+        pytest.skip("torchrun is not installed beside this python")
+    out = tmp_path / "dist"
+    import socket
+
+    with socket.socket() as sock:  # a free port for the gloo rendezvous
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "anchorlens", "compare", "--ckpt", "base",
+           "--ckpt", "instance", *TINY, "--limit", "6", "--out", str(out)]
+    env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    single, _ = compare_dir
+    a, b = pd.read_parquet(single / "metrics.parquet"), pd.read_parquet(out / "metrics.parquet")
+    keys = [c for c in a.columns if c not in ("value", "count")]
+    a, b = a.sort_values(keys).reset_index(drop=True), b.sort_values(keys).reset_index(drop=True)
+    pd.testing.assert_frame_equal(a[keys], b[keys])
+    assert float((a.value - b.value).abs().max()) <= 1e-6
+    shutil.rmtree(out)

@@ -6,6 +6,7 @@ from typing import Sequence
 import pandas as pd
 
 from anchorlens.analyses import metrics_frame
+from anchorlens import runtime as rt
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.reducer import make_reducer
 from anchorlens.capture.selection import Selection
@@ -40,6 +41,12 @@ def capture_statistics(
     anchors = tuple(anchors or anchors_of(model))
     entropy_anchor = next((a for a in anchors if a != "first_token"), "capsule")
     reducers = default_reducers(entropy_anchor)
-    batches = encode_batches(model, inputs.examples, inputs.task.template, batch_size=batch_size, max_length=max_length)
+    info = rt.dist_info()
+    ids = list(range(len(inputs.examples)))
+    if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
+        ids = rt.shard(ids, info.rank, info.world_size)
+    batches = encode_batches(model, [inputs.examples[i] for i in ids], inputs.task.template, batch_size=batch_size,
+                             example_ids=ids, max_length=max_length)
     stream_statistics(model, batches, reducers, selection, progress=progress)
+    rt.all_reduce_reducers(reducers)
     return metrics_frame(reducers, anchors=anchors)

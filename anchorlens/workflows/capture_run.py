@@ -1,0 +1,208 @@
+"""``run_capture``: stream a model's attention statistics into OUT, resumable and distributed.
+
+OUT/metrics.parquet holds the tidy metric rows and OUT/manifest.json the provenance; the manifest
+is written last and marks the run finished. Until then OUT/.progress holds per-chunk reducer
+states (:mod:`anchorlens.runtime.shards`), so re-running the same command resumes. Under
+``torchrun``/``accelerate launch`` chunks are split across ranks and the states are combined
+without pickle before rank 0 writes OUT; chunking is global, so progress saved with one world
+size resumes with another.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from anchorlens.analyses import metrics_frame
+from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.selection import Selection
+from anchorlens.errors import UsageError
+from anchorlens.reports.rundir import examples_digest, manifest
+from anchorlens.runtime import distributed as rt
+from anchorlens.runtime.shards import PROGRESS_DIR, Progress, chunk_indices, run_chunks, write_json_atomic
+from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.models import load_model
+from anchorlens.workflows.statistics import anchors_of, default_reducers
+
+METRICS_FILE = "metrics.parquet"
+MANIFEST_FILE = "manifest.json"
+FINISHED = "OUT already holds a finished run; pass --force to replace it"
+
+
+def is_finished(out: Path) -> bool:
+    """Whether ``out`` holds a finished run (its manifest is the commit marker)."""
+    return (out / MANIFEST_FILE).is_file()
+
+
+def check_out(out: Path, force: bool) -> None:
+    """Refuse a finished run or a foreign non-empty directory unless ``force`` (reads only)."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out} exists and is not a directory; choose another --out")
+    if force or not out.is_dir():
+        return
+    if is_finished(out):
+        raise UsageError(FINISHED.replace("OUT", str(out), 1))
+    if any(out.iterdir()) and not (out / PROGRESS_DIR).is_dir():
+        raise UsageError(f"{out} is not empty and holds no anchorlens capture run; pass --force to replace it or choose another --out")
+
+
+def _wipe(out: Path) -> None:
+    """Remove everything inside ``out`` (``--force``)."""
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+def prepare_out(out: Path, run_key: str, force: bool, facts: dict) -> Progress:
+    """Make OUT ready (rank 0): wipe it under ``force``, refuse another run's progress, record the key."""
+    check_out(out, force)
+    if force and out.is_dir():
+        _wipe(out)
+    stored = Progress.stored_key(out)
+    if stored is not None and stored != run_key:
+        raise UsageError(
+            f"{out} holds an unfinished run of a different command (run key {stored}, this one {run_key}); "
+            "rerun the original command to resume it, or pass --force to discard it"
+        )
+    progress = Progress(out, run_key)
+    progress.start(facts)
+    return progress
+
+
+def guidance_digest(model) -> str | None:
+    """SHA-256 (first 16 hex) of a guided model's guidance tensors; None for a bare base."""
+    state_fn = getattr(model, "guidance_state_dict", None)
+    if state_fn is None:
+        return None
+    h = hashlib.sha256()
+    for name, t in sorted(state_fn().items()):
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:16]
+
+
+def run_identity(
+    ckpt: str, base, model, inputs: Inputs, selection: Selection, reducers: Sequence, anchors: Sequence[str],
+    *, batch_size: int, chunk_size: int, max_length: int | None, dtype: str | None, seed: int,
+) -> tuple[str, dict]:
+    """(run key, facts): everything that changes the result, hashed; OUT path and world size excluded."""
+    facts = {
+        "spec": ckpt,
+        "guidance_digest": guidance_digest(model),
+        "base": base.spec,
+        "base_fingerprint": base.fingerprint(),
+        "dtype": dtype or "float32",
+        "task": inputs.task.name,
+        "data_digest": examples_digest(inputs.examples),
+        "n_examples": len(inputs.examples),
+        "selection": dataclasses.asdict(selection),
+        "reducers": [{"name": r.name, "options": r.state_options()} for r in reducers],
+        "anchors": list(anchors),
+        "batch_size": batch_size,
+        "chunk_size": chunk_size,
+        "max_length": max_length,
+        "seed": seed,
+    }
+    key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return key, facts
+
+
+def _progress_bar(total: int, enabled: bool):
+    """A tqdm bar on stderr (disabled off rank 0 or when not wanted)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="ex", desc="capture", file=sys.stderr, disable=not enabled)
+
+
+def _finish(out: Path, reducers: Sequence, anchors: Sequence[str], facts: dict, progress: Progress) -> None:
+    """Rank 0: write metrics.parquet, then manifest.json (the commit marker), then drop .progress."""
+    frame = metrics_frame(reducers, anchors=anchors)
+    metrics = out / METRICS_FILE
+    tmp = metrics.with_name(f"{metrics.name}.tmp-{os.getpid()}")
+    try:
+        frame.to_parquet(tmp, index=False)
+        os.replace(tmp, metrics)
+    finally:
+        tmp.unlink(missing_ok=True)
+    write_json_atomic(out / MANIFEST_FILE, manifest(kind="capture", rows=len(frame), **facts))
+    progress.clear()
+
+
+def run_capture(
+    ckpt: str,
+    base: str,
+    task: str,
+    data: Path | None,
+    n: int | None,
+    selection: Selection,
+    batch_size: int,
+    out: Path,
+    force: bool,
+    chunk_size: int = 32,
+    progress: bool = True,
+    *,
+    max_length: int | None = None,
+    dtype: str | None = None,
+    seed: int = 0,
+    backend: str | None = None,
+    device: str | None = None,
+) -> Path:
+    """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable)."""
+    if batch_size < 1 or chunk_size < 1:
+        raise UsageError(f"--batch-size and --chunk-size must be at least 1 (got {batch_size}, {chunk_size})")
+    started = rt.init_if_needed(backend)
+    try:
+        info = rt.dist_info()
+        out = Path(out).expanduser()
+        rt.agree(lambda: check_out(out, force))
+        inputs = resolve_inputs(task, data, n)
+        if device is None and rt.device().type == "cuda":
+            device = str(rt.device())
+        from anchorlens.models.loading import load_base
+
+        torch.manual_seed(seed)
+        model = load_model(ckpt, load_base(base, dtype=dtype, device=device))
+        base_obj = getattr(model, "base", model)
+        anchors = anchors_of(model)
+        entropy_anchor = next((a for a in anchors if a != "first_token"), "capsule")
+
+        def make_reducers() -> list:
+            return default_reducers(entropy_anchor)
+
+        key, facts = run_identity(
+            ckpt, base_obj, model, inputs, selection, make_reducers(), anchors,
+            batch_size=batch_size, chunk_size=chunk_size, max_length=max_length, dtype=dtype, seed=seed,
+        )
+        facts_out = {**facts, "run_key": key, "data": inputs.source, "world_size": info.world_size, "launcher": info.launcher}
+        store = rt.agree(lambda: prepare_out(out, key, force, facts) if rt.is_main() else None)
+        rt.barrier()
+        store = store or Progress(out, key)
+
+        chunks = list(enumerate(chunk_indices(len(inputs.examples), chunk_size)))
+        mine = rt.shard(chunks, info.rank, info.world_size)
+        template = inputs.task.template
+
+        def compute(ids, reducers) -> None:
+            examples = [inputs.examples[i] for i in ids]
+            batches = encode_batches(model, examples, template, batch_size=batch_size, example_ids=ids, max_length=max_length)
+            stream_statistics(model, batches, reducers, selection)
+
+        bar = _progress_bar(sum(len(ids) for _, ids in mine), progress and rt.is_main())
+        with bar:
+            reducers = rt.agree(lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k)))
+        rt.all_reduce_reducers(reducers)
+        rt.agree(lambda: _finish(out, reducers, anchors, facts_out, store) if rt.is_main() else None)
+        rt.barrier()
+        return out
+    finally:
+        rt.shutdown(started)

@@ -1,0 +1,115 @@
+"""Sweep where the capsule / instance token sits (first, after_structural, middle, last, index)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from anchorlens.analyses import anchor_mass, anchor_structural, average_heads
+from anchorlens.analyses.frames import concat_frames, roles_label
+from anchorlens.capture.selection import Selection
+from anchorlens.errors import UsageError
+from anchorlens.models.loading import load_base
+from anchorlens.roles.kinds import INPUT_ROLES, Role
+from anchorlens.workflows.compare import validate_positions
+from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.models import load_model
+from anchorlens.workflows.statistics import capture_statistics
+
+MOVABLE = (Role.CAPSULE, Role.INSTANCE)
+
+
+@dataclass
+class PositionSweep:
+    """Per-position metric rows (``position`` column) of one checkpoint spec."""
+
+    spec: str
+    positions: list[str]
+    anchor: str
+    metrics: pd.DataFrame
+    summary: pd.DataFrame
+    inputs: Inputs
+    facts: dict
+
+
+def parse_positions(text: str | Sequence[str]) -> list[str]:
+    """``"first,middle,last,3"`` -> list of position names; UsageError on unknown names."""
+    from anchorlens.methods.positions import Position
+
+    items = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if str(p).strip()]
+    if not items:
+        raise UsageError("--positions is empty; use e.g. first,middle,last")
+    for item in items:
+        Position.parse(item)  # raises UsageError naming the valid positions
+    return items
+
+
+def _move(model, position: str) -> str:
+    """Set the position of the model's capsule/instance guidances; returns the anchor role label."""
+    from anchorlens.methods.positions import Position
+
+    moved = [g for g in getattr(model, "guidances", ()) if Role(g.role) in MOVABLE]
+    if not moved:
+        raise UsageError("this checkpoint has no capsule or instance token to move; try --ckpt instance or --ckpt capsule")
+    for g in moved:
+        g.position = Position.parse(position)
+    return Role(moved[0].role).label
+
+
+def sweep_positions(
+    spec: str,
+    positions: Sequence[str],
+    *,
+    base: str = "smollm2-135m",
+    task: str = "rte",
+    data: str | Path | None = None,
+    n: int | None = None,
+    selection: Selection = Selection(),
+    batch_size: int = 8,
+    dtype: str | None = None,
+) -> PositionSweep:
+    """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
+    positions = parse_positions(positions)
+    inputs = resolve_inputs(task, data, n)
+    model = load_model(spec, load_base(base, dtype=dtype))
+    anchor = ""
+    for position in positions:
+        anchor = _move(model, position)
+        validate_positions(model, inputs, batch_size)
+    frames = []
+    for position in positions:
+        _move(model, position)
+        df = capture_statistics(model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor))
+        extra = concat_frames([anchor_mass(df, anchor), anchor_structural(df, anchor)])
+        frames.append(concat_frames([df, extra]).assign(position=position, checkpoint=spec))
+    metrics = pd.concat(frames, ignore_index=True)
+    summary = position_summary(metrics, anchor)
+    facts = {"spec": spec, "base": base, "task": inputs.task.name, "source": inputs.source, "examples": len(inputs.examples),
+             "anchor_role": anchor, "positions": positions}
+    return PositionSweep(spec, positions, anchor, metrics, summary, inputs, facts)
+
+
+def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
+    """Per position: mean (over examples; each averaged over layers and heads) of anchor mass and anchor→structural."""
+    from anchorlens.analyses.stats import summarize
+
+    inputs = roles_label(INPUT_ROLES)
+    want = [("anchor_mass", inputs, anchor), ("anchor_structural", anchor, "structural")]
+    parts = []
+    for metric, q, k in want:
+        rows = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]
+        per_example = rows.groupby(["position", "example"], sort=False)["value"].mean().reset_index()
+        s = summarize(per_example, by=["position"])
+        parts.append(s.assign(metric=metric, query_role=q, key_role=k))
+    return pd.concat(parts, ignore_index=True)
+
+
+def head_mean_rows(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Head-averaged rows per position (for figures)."""
+    return pd.concat(
+        [average_heads(g.drop(columns=["position", "checkpoint"])).assign(position=p, checkpoint=c)
+         for (p, c), g in metrics.groupby(["position", "checkpoint"], sort=False)],
+        ignore_index=True,
+    )

@@ -1,0 +1,182 @@
+"""Resumable capture runs: kill and resume, refusal to overwrite, run-key checks."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from anchorlens.capture.selection import Selection
+from anchorlens.errors import UsageError
+from anchorlens.runtime.shards import DELAY_ENV, Progress
+from anchorlens.workflows import capture_run
+from anchorlens.workflows.capture_run import run_capture
+from tests.runtime.helpers import read_metrics, spawn
+
+N, BATCH, CHUNK = 12, 2, 2
+
+
+def capture(out: Path, force: bool = False, **kw) -> Path:
+    """run_capture on tiny-llama with the test's fixed options."""
+    kw.setdefault("n", N)
+    return run_capture("base", "tiny-llama", "rte", None, kw.pop("n"), Selection(), BATCH, out, force,
+                       chunk_size=CHUNK, progress=False, **kw)
+
+
+def snapshot(out: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``out`` with its bytes and mtime."""
+    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> Path:
+    """A finished run with the test options."""
+    return capture(tmp_path_factory.mktemp("full") / "out")
+
+
+def count_computed(monkeypatch) -> list[int]:
+    """Record the example ids run_capture actually forwards (not loaded from shards)."""
+    seen: list[int] = []
+    real = capture_run.stream_statistics
+
+    def counting(model, batches, reducers, selection, progress=None):
+        def tap():
+            for b in batches:
+                seen.extend(b.example_ids.tolist())
+                yield b
+        return real(model, tap(), reducers, selection, progress=progress)
+
+    monkeypatch.setattr(capture_run, "stream_statistics", counting)
+    return seen
+
+
+def test_kill_and_resume_equals_uninterrupted(tmp_path, uninterrupted, monkeypatch):
+    out = tmp_path / "out"
+    code = (f"from tests.runtime.test_resume import capture; from pathlib import Path; capture(Path({str(out)!r}))")
+    proc = spawn(code, **{DELAY_ENV: "0.4"})
+    progress = out / ".progress"
+    deadline = time.monotonic() + 90
+    try:
+        while not list(progress.glob("shard-*.json")):
+            assert proc.poll() is None, proc.communicate()[0]
+            assert time.monotonic() < deadline, "no shard appeared"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = len(list(progress.glob("shard-*.json")))
+    assert 1 <= done < N // CHUNK and not (out / "manifest.json").exists()
+
+    computed = count_computed(monkeypatch)
+    capture(out)
+    assert len(computed) == N - CHUNK * done and len(set(computed)) == len(computed)
+    assert not progress.exists() and (out / "manifest.json").is_file()
+    pd.testing.assert_frame_equal(read_metrics(out), read_metrics(uninterrupted), check_exact=True)
+
+
+def test_resume_skips_saved_chunks_in_process(tmp_path, uninterrupted, monkeypatch):
+    out = tmp_path / "out"
+    key = json.loads((uninterrupted / "manifest.json").read_text())["run_key"]
+    # a run interrupted during its third chunk leaves chunks 0 and 1 saved
+    calls = {"n": 0}
+    real = capture_run.stream_statistics
+
+    def fail_third(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(capture_run, "stream_statistics", fail_third)
+    with pytest.raises(KeyboardInterrupt):
+        capture(out)
+    assert sorted(Progress(out, key).finished()) == [0, 1]
+    monkeypatch.setattr(capture_run, "stream_statistics", real)
+    computed = count_computed(monkeypatch)
+    capture(out)
+    assert sorted(computed) == list(range(4, N))
+    pd.testing.assert_frame_equal(read_metrics(out), read_metrics(uninterrupted), check_exact=True)
+
+
+def test_finished_run_is_never_overwritten_without_force(uninterrupted):
+    before = snapshot(uninterrupted)
+    with pytest.raises(UsageError, match="already holds a finished run; pass --force"):
+        capture(uninterrupted)
+    with pytest.raises(UsageError, match="finished run"):
+        capture(uninterrupted, n=4)
+    assert snapshot(uninterrupted) == before
+
+
+def test_force_replaces_a_finished_run(tmp_path):
+    out = capture(tmp_path / "out", n=4)
+    (out / "stray.txt").write_text("x")
+    capture(out, force=True, n=6)
+    assert not (out / "stray.txt").exists()
+    assert set(pd.read_parquet(out / "metrics.parquet")["example"]) == set(range(6))
+    assert json.loads((out / "manifest.json").read_text())["n_examples"] == 6
+
+
+def test_progress_of_another_command_is_refused(tmp_path):
+    out = tmp_path / "out"
+    Progress(out, "someotherkey0000").start()
+    before = snapshot(out)
+    with pytest.raises(UsageError, match="different command"):
+        capture(out)
+    assert snapshot(out) == before
+    capture(out, force=True)
+    assert (out / "manifest.json").is_file()
+
+
+def test_foreign_directory_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(UsageError, match="holds no anchorlens capture run"):
+        capture(out)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="not a directory"):
+        capture(tmp_path / "file")
+    with pytest.raises(UsageError, match="at least 1"):
+        run_capture("base", "tiny-llama", "rte", None, 4, Selection(), 0, tmp_path / "x", False)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
+    from anchorlens.runtime.shards import chunk_indices, run_chunks
+    from anchorlens.workflows.statistics import default_reducers
+    from tests.runtime.synth import feed, make_items
+    from tests.runtime.test_reducer_properties import frames
+
+    data = make_items(10, seed=5)
+    chunks = list(enumerate(chunk_indices(10, 2)))
+    computed: list[int] = []
+
+    def compute(ids, reducers):
+        computed.extend(ids)
+        feed(reducers, data, [list(ids)])
+
+    store = Progress(tmp_path, "key-a")
+    store.start()
+    want = frames(run_chunks(chunks, compute, default_reducers, store))
+    st1, _ = store.paths(1)
+    st1.write_bytes(st1.read_bytes()[:50])  # truncated tensors
+    store.paths(2)[1].write_text("{not json")  # garbage marker
+    marker3 = store.paths(3)[1]
+    marker3.write_text(marker3.read_text().replace("6", "9"))  # edited example ids
+    other = Progress(tmp_path / "other", "key-b")
+    other.start()
+    run_chunks(chunks[4:], lambda ids, r: feed(r, data, [list(ids)]), default_reducers, other)
+    os.replace(other.paths(4)[0], store.paths(4)[0])  # tensors of another run under a valid marker
+    computed.clear()
+    got = frames(run_chunks(chunks, compute, default_reducers, store))
+    assert sorted(computed) == [2, 3, 4, 5, 6, 7, 8, 9]
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    computed.clear()
+    run_chunks(chunks, compute, default_reducers, store)
+    assert computed == []  # the recomputed chunks were saved again
