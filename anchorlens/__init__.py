@@ -1,1 +1,59 @@
-"""anchorlens: measure attention anchors in prompt-tuned language models."""
+"""anchorlens: measure attention anchors (instance tokens, CaPT capsules, soft prompts) in language models.
+
+The public API is re-exported here and imported lazily, so ``import anchorlens`` (and the CLI's
+``--help``) stays fast; the first attribute access imports torch and transformers.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # inputs and roles
+    "Role": "anchorlens.roles.kinds",
+    "Template": "anchorlens.roles.templates",
+    "get_task": "anchorlens.tasks",
+    "load_examples": "anchorlens.tasks",
+    "bundled_examples": "anchorlens.tasks",
+    # models and guidance
+    "load_base": "anchorlens.models.loading",
+    "load_guided": "anchorlens.methods.spec",
+    "GuidedModel": "anchorlens.methods.guided",
+    "SoftPrompt": "anchorlens.methods.soft_prompt",
+    "DeepPrompt": "anchorlens.methods.deep_prompt",
+    "InstanceToken": "anchorlens.methods.instance",
+    "Capsule": "anchorlens.methods.capsule",
+    "save_checkpoint": "anchorlens.models.checkpoints",
+    "load_checkpoint": "anchorlens.models.checkpoints",
+    "load_peft": "anchorlens.models.peft_import",
+    # capture and statistics
+    "Selection": "anchorlens.capture.selection",
+    "AttentionMaps": "anchorlens.capture.maps",
+    "make_reducer": "anchorlens.capture.reducer",
+    "register_reducer": "anchorlens.capture.reducer",
+    "metrics_frame": "anchorlens.analyses",
+    "capture_statistics": "anchorlens.workflows.statistics",
+    # workflows
+    "inspect": "anchorlens.notebook.inspect",
+    "compare": "anchorlens.workflows.compare",
+    "sweep_positions": "anchorlens.workflows.positions",
+    "train": "anchorlens.workflows.train",
+    "evaluate": "anchorlens.workflows.evaluate",
+    "UsageError": "anchorlens.errors",
+}
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'anchorlens' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

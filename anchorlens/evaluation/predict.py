@@ -1,0 +1,73 @@
+"""Predict labels for task examples by verbalizer log-likelihood; one row per example."""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+import torch
+
+from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, scoring_batch
+from anchorlens.evaluation.model import as_model, model_device
+from anchorlens.evaluation.scoring import label_scores
+from anchorlens.evaluation.verbalizers import verbalizer_ids
+from anchorlens.tasks import Task, get_task
+
+KEEP_COLUMNS = ("group", "passage_idx")
+
+
+def chunks(n: int, size: int) -> Iterator[range]:
+    """Consecutive index ranges of at most ``size`` covering ``range(n)``."""
+    if size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {size}")
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+def score_column(label: Any) -> str:
+    """Column name of a label's score (``score_entailment``, ``score_True``)."""
+    return f"score_{label}"
+
+
+@torch.no_grad()
+def predict(
+    model: Any,
+    examples: Sequence[dict],
+    task: str | Task,
+    batch_size: int = 8,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ group, passage_idx)."""
+    task = get_task(task)
+    model = as_model(model)
+    base = model.base
+    verbalizers = verbalizer_ids(base.tokenizer, task)
+    device = model_device(model)
+    spans = list(chunks(len(examples), batch_size))
+    if progress:
+        from tqdm.auto import tqdm
+
+        spans = tqdm(spans, desc=f"predict {task.name}", unit="batch")
+    records: list[dict] = []
+    for span in spans:
+        part = [examples[i] for i in span]
+        batch = scoring_batch(base, task, part, verbalizers, example_ids=list(span), max_length=max_length)
+        scores = label_scores(model, batch.to(device), verbalizers).cpu()
+        for ex, row in zip(part, scores):
+            records.append(_record(task, ex, row))
+    return pd.DataFrame.from_records(records)
+
+
+def _record(task: Task, example: dict, scores: torch.Tensor) -> dict:
+    """One prediction row from an example and its [L] scores."""
+    pred = task.labels[int(scores.argmax())]
+    label = example.get("label")
+    rec: dict = {"idx": example.get("idx"), "label": label, "pred": pred}
+    for value, s in zip(task.labels, scores.tolist()):
+        rec[score_column(value)] = s
+    rec["correct"] = None if label is None else task.label_index(label) == task.label_index(pred)
+    for key in KEEP_COLUMNS:
+        if key in example:
+            rec[key] = example[key]
+    return rec

@@ -1,0 +1,38 @@
+"""Task metrics from a predictions table."""
+from __future__ import annotations
+
+import pandas as pd
+
+from anchorlens.evaluation.metrics import accuracy, bootstrap_ci, exact_match, f1a, macro_f1
+from anchorlens.tasks import Task, get_task
+
+
+def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Accuracy with its bootstrap 95% CI plus the task's own metrics (macro_f1, f1a, em) over labelled rows."""
+    task = get_task(task)
+    rows = predictions[predictions["label"].notna()] if "label" in predictions else predictions.iloc[:0]
+    labels, preds = [_py(v) for v in rows["label"]], [_py(v) for v in rows["pred"]]
+    low, high = bootstrap_ci(rows["correct"].astype(bool).to_numpy(), n_boot=n_boot, seed=seed)
+    out: dict = {"n": len(rows), "accuracy": accuracy(labels, preds), "accuracy_ci95": [low, high]}
+    if "macro_f1" in task.metrics:
+        out["macro_f1"] = macro_f1(labels, preds)
+    if "f1a" in task.metrics:
+        out["f1a"] = f1a(labels, preds, positive=task.labels[-1])
+    if "em" in task.metrics:
+        out["em"] = exact_match(labels, preds, _groups(rows, task))
+    return out
+
+
+def _py(value):
+    """A numpy scalar as the Python value (``np.True_`` -> ``True``) so label comparisons stay type-strict."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _groups(rows: pd.DataFrame, task: Task) -> list:
+    """Question keys for exact match: (passage_idx, group) when both are known, else group."""
+    field = task.group_field or "group"
+    if field not in rows:
+        raise ValueError(f"exact match for task {task.name} needs a {field!r} column in the predictions")
+    if "passage_idx" in rows:
+        return list(zip(rows["passage_idx"], rows[field]))
+    return list(rows[field])

@@ -1,0 +1,32 @@
+"""Label scores: verbalizer log-likelihoods from a model's logits (differentiable, used for training too)."""
+from __future__ import annotations
+
+import torch
+
+from anchorlens.evaluation.batches import ScoringBatch
+from anchorlens.evaluation.model import Scorable
+from anchorlens.evaluation.verbalizers import Verbalizers
+
+
+def decoder_scores(logits: torch.Tensor, answer_pos: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
+    """[B, L] log p(choice_l | input) from logits [B, T, V] at answer_pos [B]; choice: [L] token ids."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    last = logits[rows, answer_pos.to(logits.device)].float()  # [B, V]
+    return torch.log_softmax(last, dim=-1)[:, choice.to(logits.device)]
+
+
+def seq2seq_scores(logits: torch.Tensor, gold: torch.Tensor, weight: torch.Tensor, num_labels: int) -> torch.Tensor:
+    """[B, L] summed target log-likelihoods from logits [B*L, S, V], gold and weight [B*L, S]."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    token = logp.gather(-1, gold.to(logits.device).unsqueeze(-1)).squeeze(-1)  # [B*L, S]
+    total = (token * weight.to(token)).sum(-1)
+    return total.view(-1, num_labels)
+
+
+def label_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers) -> torch.Tensor:
+    """[B, L] score of every label for every example (higher is more likely); batch on the model's device."""
+    logits = model.forward(batch.encoded).logits
+    if batch.answer_pos is not None:
+        choice = torch.tensor(verbalizers.choice, dtype=torch.long)
+        return decoder_scores(logits, batch.answer_pos, choice)
+    return seq2seq_scores(logits, batch.target_labels, batch.target_weight, batch.num_labels)

@@ -1,0 +1,77 @@
+"""Evaluate a (guided) model on a task: predictions.csv + metrics.json in an atomically written run dir."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from anchorlens.evaluation import DEFAULT_MAX_LENGTH, as_model, predict, task_metrics
+from anchorlens.models.base import Base
+from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.workflows.inputs import resolve_inputs
+
+
+@dataclass
+class EvalResult:
+    """Predictions (one row per example), metrics, and the run dir when one was written."""
+
+    predictions: pd.DataFrame
+    metrics: dict[str, Any]
+    out: Path | None = None
+
+
+def resolve_model(spec_or_model: Any, base: Base | str | None = None, seed: int = 0) -> Any:
+    """A spec string (``capsule``, ``runs/x/final+instance``, ``base``) on ``base`` -> GuidedModel; models pass.
+
+    ``base`` None means the checkpoint's own base or the default (smollm2-135m).
+    """
+    if not isinstance(spec_or_model, str):
+        return as_model(spec_or_model)
+    from anchorlens.methods.spec import load_guided
+
+    if isinstance(base, Base):
+        return load_guided(spec_or_model, base=base, seed=seed)
+    return load_guided(spec_or_model, base_spec=base, seed=seed)
+
+
+def describe(model: Any) -> dict[str, Any]:
+    """The model's config for manifests (methods, base, parameter counts)."""
+    config = getattr(model, "config", None)
+    if callable(config):
+        try:
+            return config()
+        except (AttributeError, TypeError):
+            pass
+    return {"base": {"spec": model.base.spec, "fingerprint": model.base.fingerprint()}, "methods": []}
+
+
+def evaluate(
+    spec_or_model: Any = "base",
+    task: str = "rte",
+    data: str | Path | None = None,
+    n: int | None = None,
+    base: Base | str | None = None,
+    *,
+    batch_size: int = 8,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    out: str | Path | None = None,
+    force: bool = False,
+    progress: bool = False,
+) -> EvalResult:
+    """Predict every example of ``data`` (or the bundled set) and compute the task's metrics; write them to ``out``."""
+    inputs = resolve_inputs(task, data, n)
+    model = resolve_model(spec_or_model, base)
+    preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress)
+    metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
+    if out is None:
+        return EvalResult(preds, metrics)
+    with atomic_run_dir(out, force=force) as tmp:
+        preds.to_csv(tmp / "predictions.csv", index=False)
+        write_json(tmp / "metrics.json", metrics)
+        write_json(tmp / "manifest.json", manifest(
+            job="evaluate", model=describe(model), task=inputs.task.name, data=inputs.source,
+            data_hash=examples_digest(inputs.examples), batch_size=batch_size, max_length=max_length,
+        ))
+    return EvalResult(preds, metrics, Path(out))

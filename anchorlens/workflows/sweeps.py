@@ -1,0 +1,98 @@
+"""Sweeps: training-free instance tokens by count and position; soft-prompt length vs accuracy."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.models.base import Base
+from anchorlens.models.loading import load_base
+from anchorlens.workflows.evaluate import resolve_model
+from anchorlens.workflows.inputs import resolve_inputs
+from anchorlens.workflows.train import train
+
+_PLAIN = ("", "base", "none")
+
+
+def compose(spec: str, k: int, position: str) -> str:
+    """``spec`` plus ``k`` instance tokens at ``position`` (k=0: ``spec`` unchanged)."""
+    if k == 0:
+        return spec
+    inst = f"instance:k={k},pos={position}"
+    return inst if spec.strip().lower() in _PLAIN else f"{spec}+{inst}"
+
+
+def _shared_base(base: Base | str | None, spec: str) -> Base | str | None:
+    """Load a base once for all sweep points (a checkpoint spec with base None keeps its own)."""
+    if isinstance(base, str):
+        return load_base(base)
+    if base is None:
+        return resolve_model(spec, None).base
+    return base
+
+
+def sweep_instance(
+    spec: str = "base",
+    task: str = "rte",
+    data: str | Path | None = None,
+    k: Sequence[int] = (0, 1, 2, 4),
+    positions: Sequence[str] = ("first", "last"),
+    *,
+    base: Base | str | None = None,
+    n: int | None = None,
+    batch_size: int = 8,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+) -> pd.DataFrame:
+    """Accuracy (with 95% CI) per (k, position) of ``spec + instance:k=K,pos=P``; k=0 is ``spec`` alone.
+
+    Note: decoder models are scored at the last input token, so instance tokens inserted at
+    ``last`` (after it) cannot influence the score of a causal model.
+    """
+    inputs = resolve_inputs(task, data, n)
+    shared = _shared_base(base, spec)
+    cache: dict[str, dict] = {}
+    rows = []
+    for count in k:
+        for pos in positions:
+            full = compose(spec, int(count), pos)
+            if full not in cache:
+                model = resolve_model(full, shared)
+                preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length)
+                cache[full] = task_metrics(preds, inputs.task)
+            m = cache[full]
+            rows.append({"k": int(count), "position": pos, "spec": full, "accuracy": m["accuracy"],
+                         "ci_low": m["accuracy_ci95"][0], "ci_high": m["accuracy_ci95"][1], "n": m["n"]})
+    return pd.DataFrame(rows)
+
+
+def sweep_length(
+    method: str = "prompt",
+    lengths: Sequence[int] = (1, 5, 20, 100),
+    task: str = "rte",
+    data: str | Path | None = None,
+    eval_data: str | Path | None = None,
+    *,
+    base: Base | str = "smollm2-135m",
+    out: str | Path | None = None,
+    force: bool = False,
+    **train_options: Any,
+) -> pd.DataFrame:
+    """Train ``method:n=L`` for each length L; eval accuracy, trainable parameters and time per step per length.
+
+    ``out`` (optional) gets one training run dir per length (``n-L``); ``train_options`` go to ``train``.
+    """
+    shared = load_base(base) if isinstance(base, str) else base
+    rows = []
+    for length in lengths:
+        spec = f"{method}:n={int(length)}"
+        run_out = None if out is None else Path(out) / f"n-{int(length)}"
+        run = train(spec, task, data, eval_data, base=shared, out=run_out, force=force, **train_options)
+        rows.append({
+            "length": int(length), "spec": spec, "accuracy": run.metrics.get("accuracy"),
+            "best_eval_accuracy": run.summary["best_eval_accuracy"], "num_trainable": run.summary["num_trainable"],
+            "time_per_step_s": run.summary["time_per_step_s"], "steps": run.summary["steps"],
+        })
+    return pd.DataFrame(rows)
