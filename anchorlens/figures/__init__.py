@@ -12,6 +12,7 @@ from anchorlens.figures.maps import AveragedStackMaps, attention_map_figure, ave
 from anchorlens.figures.positions import position_sweep
 from anchorlens.figures.roleflow import role_flow_heatmaps
 from anchorlens.figures.save import figure_to_png_bytes, save_figure
+from anchorlens.figures.sweeps import sweep_curve
 
 __all__ = [
     "AveragedStackMaps",
@@ -28,4 +29,5 @@ __all__ = [
     "position_sweep",
     "role_flow_heatmaps",
     "save_figure",
+    "sweep_curve",
 ]

@@ -45,8 +45,11 @@ def sweep_instance(
     n: int | None = None,
     batch_size: int = 8,
     max_length: int | None = DEFAULT_MAX_LENGTH,
+    anchors: bool = False,
 ) -> pd.DataFrame:
     """Accuracy (with 95% CI) per (k, position) of ``spec + instance:k=K,pos=P``; k=0 is ``spec`` alone.
+
+    ``anchors`` adds the instance token's anchor metrics (see :func:`instance_anchor_summary`).
 
     Note: decoder models are scored at the last input token, so instance tokens inserted at
     ``last`` (after it) cannot influence the score of a causal model.
@@ -62,10 +65,32 @@ def sweep_instance(
                 model = resolve_model(full, shared)
                 preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length)
                 cache[full] = task_metrics(preds, inputs.task)
+                if anchors:
+                    cache[full].update(instance_anchor_summary(model, inputs, batch_size))
             m = cache[full]
             rows.append({"k": int(count), "position": pos, "spec": full, "accuracy": m["accuracy"],
-                         "ci_low": m["accuracy_ci95"][0], "ci_high": m["accuracy_ci95"][1], "n": m["n"]})
+                         "ci_low": m["accuracy_ci95"][0], "ci_high": m["accuracy_ci95"][1], "n": m["n"],
+                         **{key: m.get(key, float("nan")) for key in (_ANCHOR_KEYS if anchors else ())}})
     return pd.DataFrame(rows)
+
+
+_ANCHOR_KEYS = ("anchor_mass", "anchor_structural", "first_token_mass")
+
+
+def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, float]:
+    """Mean over examples, layers and heads of: attention input queries pay to the instance token(s)
+    (``anchor_mass``), the instance tokens' own attention to structural tokens (``anchor_structural``),
+    and attention input queries pay to position 0 (``first_token_mass``)."""
+    from anchorlens.analyses import anchor_mass, anchor_structural
+    from anchorlens.analyses.frames import roles_label
+    from anchorlens.roles.kinds import INPUT_ROLES
+    from anchorlens.workflows.statistics import capture_statistics
+
+    df = capture_statistics(model, inputs, batch_size=batch_size, anchors=("first_token", "instance"))
+    first = df[(df.metric == "anchor_mass") & (df.key_role == "first_token") & (df.query_role == roles_label(INPUT_ROLES))]
+    mean = lambda rows: float(rows.groupby("example")["value"].mean().mean()) if len(rows) else float("nan")  # noqa: E731
+    return {"anchor_mass": mean(anchor_mass(df, "instance")), "anchor_structural": mean(anchor_structural(df, "instance")),
+            "first_token_mass": mean(first)}
 
 
 def sweep_length(

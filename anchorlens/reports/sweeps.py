@@ -1,0 +1,34 @@
+"""Write sweep run directories: the table (csv + markdown), figures and a manifest."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from anchorlens.figures import save_figure, sweep_curve
+from anchorlens.reports.rundir import atomic_run_dir, manifest, write_json
+from anchorlens.reports.tables import to_markdown
+
+
+def _fmt(df: pd.DataFrame) -> pd.DataFrame:
+    """Numbers to 3 decimals for the markdown table."""
+    return df.apply(lambda col: col.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v))
+
+
+def write_sweep(table: pd.DataFrame, out: str | Path, *, kind: str, x: str, by: str | None, facts: dict,
+                force: bool = False, extra_metrics: tuple[str, ...] = ()) -> Path:
+    """sweep.csv, summary.md, figures/accuracy (+ one figure per extra metric), manifest.json, atomically."""
+    target = Path(out)
+    with atomic_run_dir(target, force) as tmp:
+        table.to_csv(tmp / "sweep.csv", index=False)
+        (tmp / "figures").mkdir()
+        save_figure(sweep_curve(table, x, "accuracy", by=by, title=f"{kind} sweep: accuracy (95% CI)"), tmp / "figures" / "accuracy")
+        for metric in extra_metrics:
+            if metric in table.columns and table[metric].notna().any():
+                fig = sweep_curve(table.dropna(subset=[metric]), x, metric, lo=None, hi=None, by=by, title=f"{kind} sweep: {metric}")
+                save_figure(fig, tmp / "figures" / metric)
+        md = [f"# {kind} sweep", "", ", ".join(f"{k}: {v}" for k, v in facts.items()), "",
+              to_markdown(_fmt(table.set_index(table.columns[0])), table.columns[0]), ""]
+        (tmp / "summary.md").write_text("\n".join(md))
+        write_json(tmp / "manifest.json", manifest(job=f"sweep-{kind}", **facts))
+    return target
