@@ -25,9 +25,9 @@ _EXPORTS: dict[str, str] = {
     "DeepPrompt": "anchorlens.methods.deep_prompt",
     "InstanceToken": "anchorlens.methods.instance",
     "Capsule": "anchorlens.methods.capsule",
-    "save_checkpoint": "anchorlens.models.checkpoints",
-    "load_checkpoint": "anchorlens.models.checkpoints",
-    "load_peft": "anchorlens.models.peft_import",
+    "save_checkpoint": "anchorlens.methods.checkpoints",
+    "load_checkpoint": "anchorlens.methods.checkpoints",
+    "load_peft": "anchorlens.methods.peft_import",
     # capture and statistics
     "Selection": "anchorlens.capture.selection",
     "AttentionMaps": "anchorlens.capture.maps",

@@ -116,7 +116,7 @@ def compare(
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
     from anchorlens.reports.comparison import write_comparison
-    from anchorlens.reports.rundir import check_writable
+    from anchorlens.rundir import check_writable
     from anchorlens.reports.tables import headline_grid, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
@@ -145,7 +145,7 @@ def figures(
 ) -> None:
     """Redraw every figure of a compare run from its saved metrics and maps."""
     from anchorlens.reports.comparison import load_comparison, write_figures
-    from anchorlens.reports.rundir import check_writable
+    from anchorlens.rundir import check_writable
 
     result = load_comparison(run_dir)
     target = out or run_dir / "figures"
@@ -172,7 +172,7 @@ def positions(
 ) -> None:
     """Sweep the capsule/instance position; writes metrics, positions.csv, summary.md and figures/."""
     from anchorlens.reports.positions import position_grid, write_positions
-    from anchorlens.reports.rundir import check_writable
+    from anchorlens.rundir import check_writable
     from anchorlens.workflows.positions import sweep_positions
 
     check_writable(out, force)
@@ -268,7 +268,7 @@ def evaluate(
     from anchorlens.workflows.evaluate import evaluate as run_evaluate
 
     if out is not None:
-        from anchorlens.reports.rundir import check_writable
+        from anchorlens.rundir import check_writable
 
         check_writable(out, force)
     result = run_evaluate(ckpt, task, data, n, base, batch_size=batch_size, out=out, force=force, progress=True)
@@ -297,7 +297,7 @@ def sweep_instance_cmd(
     force: Force_ = False,
 ) -> None:
     """Training-free instance tokens: accuracy and anchor metrics per (k, position) (paper Fig. 2)."""
-    from anchorlens.reports.rundir import check_writable
+    from anchorlens.rundir import check_writable
     from anchorlens.reports.sweeps import write_sweep
     from anchorlens.workflows.positions import parse_positions
     from anchorlens.workflows.sweeps import sweep_instance
@@ -332,7 +332,7 @@ def sweep_length_cmd(
     import shutil
     import tempfile
 
-    from anchorlens.reports.rundir import check_writable
+    from anchorlens.rundir import check_writable
     from anchorlens.reports.sweeps import write_sweep
     from anchorlens.workflows.sweeps import sweep_length
 

@@ -6,6 +6,7 @@ with :func:`anchorlens.capture.reducer.make_reducer`.
 from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer, role_onehot
+from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
 from anchorlens.analyses.compare import HEADLINE_METRICS, compare_frames, headline_rows, headline_table
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
@@ -44,6 +45,8 @@ from anchorlens.analyses.stats import (
 from anchorlens.analyses.table import SiteTable
 
 __all__ = [
+    "DEFAULT_REDUCERS",
+    "default_reducers",
     "ALL",
     "COLUMNS",
     "EntropyReducer",

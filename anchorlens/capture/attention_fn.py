@@ -118,3 +118,14 @@ def register() -> str:
     AttentionInterface.register(ATTN_IMPLEMENTATION, anchorlens_attention_forward)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
     return ATTN_IMPLEMENTATION
+
+
+def install(model: torch.nn.Module) -> None:
+    """Switch ``model`` to the anchorlens attention function (sdpa underneath); idempotent, lazy.
+
+    Models load with plain sdpa; the first capture installs this function, which behaves exactly
+    like sdpa whenever no capture session is active.
+    """
+    register()
+    if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)

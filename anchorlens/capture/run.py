@@ -5,6 +5,7 @@ from typing import Iterable, Protocol
 
 import torch
 
+from anchorlens.capture.attention_fn import install
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
 from anchorlens.roles.encoding import Encoded
@@ -15,6 +16,7 @@ class CaptureTarget(Protocol):
     """A base or guided model: its attention sites, its layouts and its forward."""
 
     device: torch.device
+    model: torch.nn.Module
 
     def sites(self) -> list[tuple[Site, torch.nn.Module]]:
         """Every (site, attention module) pair."""
@@ -31,6 +33,7 @@ class CaptureTarget(Protocol):
 
 def capture_batch(target: CaptureTarget, batch: Encoded, sink: Sink, selection: Selection = Selection()):
     """Forward one batch with capture active; returns the model's outputs."""
+    install(target.model)
     batch = batch.to(target.device)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)

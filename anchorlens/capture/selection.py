@@ -1,22 +1,14 @@
-"""Which attention sites and heads to capture, TransformerLens-style filterable names."""
+"""Which attention sites and heads to capture, TransformerLens-style filterable names.
+
+``Site`` is re-exported from the adapters, which name every site of an architecture.
+"""
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
 from typing import Sequence
 
-
-@dataclass(frozen=True)
-class Site:
-    """One attention call site: a stack (``decoder``, ``encoder``, ``cross``) and a layer index."""
-
-    stack: str
-    layer: int
-
-    @property
-    def name(self) -> str:
-        """Hook-point style name, e.g. ``decoder.3``."""
-        return f"{self.stack}.{self.layer}"
+from anchorlens.models.adapters.site import Site
 
 
 @dataclass(frozen=True)

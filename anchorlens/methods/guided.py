@@ -6,7 +6,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from anchorlens.capture.selection import Site
+from anchorlens.models.adapters.site import Site
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan

@@ -73,8 +73,8 @@ class Part:
 
 
 def _directory_part(path: Path, text: str) -> Part:
-    from anchorlens.models.checkpoints import is_checkpoint
-    from anchorlens.models.peft_import import is_peft_dir
+    from anchorlens.methods.checkpoints import is_checkpoint
+    from anchorlens.methods.peft_import import is_peft_dir
 
     if is_checkpoint(path):
         return Part("checkpoint", text, path=path)
@@ -122,9 +122,9 @@ def parse_spec(spec: str) -> list[Part]:
 
 def load_guided(spec: str, base=None, base_spec: str | None = None, seed: int = 0) -> GuidedModel:
     """Build the GuidedModel for ``spec`` on ``base`` (loaded from ``base_spec``, a checkpoint's own base, or the default)."""
-    from anchorlens.models.checkpoints import checkpoint_guidances, read_meta
+    from anchorlens.methods.checkpoints import checkpoint_guidances, read_meta
     from anchorlens.models.loading import DEFAULT_BASE, load_base
-    from anchorlens.models.peft_import import peft_guidances
+    from anchorlens.methods.peft_import import peft_guidances
 
     parts = parse_spec(spec)
     if base is None:

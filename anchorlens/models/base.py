@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from anchorlens.capture.selection import Site
+from anchorlens.models.adapters.site import Site
 from anchorlens.models.adapters import ArchAdapter
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role

@@ -6,7 +6,6 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as hf_logging
 
-from anchorlens.capture.attention_fn import register
 from anchorlens.errors import UsageError
 from anchorlens.models.adapters import adapter_for
 from anchorlens.models.base import Base
@@ -57,7 +56,7 @@ def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype) -> tuple[torch.nn.Mo
 
 def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = None, device: str | None = None) -> Base:
     """Load a base by spec: ``smollm2-135m`` (default), ``tiny-llama``/``-qwen2``/``-gpt2``/``-bert``/``-t5``, or a local HF dir."""
-    attn = register()
+    attn = "sdpa"  # capture switches a model to its sdpa-based function only when it first captures
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
     if spec in TINY_BASES:

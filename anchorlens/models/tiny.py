@@ -53,7 +53,7 @@ def _config(name: str, tok) -> tuple[type, object]:
     raise ValueError(f"unknown tiny base {name!r}; choose one of: {', '.join(TINY_BASES)}")
 
 
-def build_tiny(name: str, attn_implementation: str, seed: int = 0) -> tuple[torch.nn.Module, object]:
+def build_tiny(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> tuple[torch.nn.Module, object]:
     """A tiny random (model, tokenizer) pair, identical for the same name and seed."""
     style = name.removeprefix("tiny-").replace("qwen2", "llama")
     tok = tiny_tokenizer(style)

@@ -16,7 +16,8 @@ from anchorlens.figures import attention_map_figure
 from anchorlens.roles.templates import RAW_TEMPLATE, Template
 from anchorlens.tasks import TASKS, get_task
 from anchorlens.workflows.models import load_model
-from anchorlens.workflows.statistics import anchors_of, default_reducers
+from anchorlens.analyses import default_reducers
+from anchorlens.workflows.statistics import anchors_of
 
 
 def _template_for(example: Mapping, task: str | None) -> Template:

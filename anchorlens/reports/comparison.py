@@ -13,7 +13,7 @@ from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_
                                 role_flow_heatmaps, save_figure)
 from anchorlens.errors import UsageError
 from anchorlens.reports.html import render_report
-from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
 from anchorlens.reports.tables import headline_grid, to_markdown
 from anchorlens.workflows.compare import HEADLINE_ROLES, Comparison
 

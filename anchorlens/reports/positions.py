@@ -7,7 +7,7 @@ import pandas as pd
 
 from anchorlens.figures import position_sweep, save_figure
 from anchorlens.reports.comparison import write_metrics
-from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
 from anchorlens.reports.tables import to_markdown
 from anchorlens.workflows.positions import PositionSweep
 

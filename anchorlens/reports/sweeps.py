@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from anchorlens.figures import save_figure, sweep_curve
-from anchorlens.reports.rundir import atomic_run_dir, manifest, write_json
+from anchorlens.rundir import atomic_run_dir, manifest, write_json
 from anchorlens.reports.tables import to_markdown
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from anchorlens.models.checkpoints import load_checkpoint, save_checkpoint
+from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 
 STATE_TENSORS = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"

@@ -24,12 +24,13 @@ from anchorlens.analyses import metrics_frame
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.reports.rundir import examples_digest, manifest
+from anchorlens.rundir import examples_digest, manifest
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import PROGRESS_DIR, Progress, chunk_indices, run_chunks, write_json_atomic
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.models import load_model
-from anchorlens.workflows.statistics import anchors_of, default_reducers
+from anchorlens.analyses import default_reducers
+from anchorlens.workflows.statistics import anchors_of
 
 METRICS_FILE = "metrics.parquet"
 MANIFEST_FILE = "manifest.json"

@@ -9,7 +9,7 @@ import pandas as pd
 
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, as_model, predict, task_metrics
 from anchorlens.models.base import Base
-from anchorlens.reports.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
 from anchorlens.workflows.inputs import resolve_inputs
 
 

@@ -5,21 +5,12 @@ from typing import Sequence
 
 import pandas as pd
 
-from anchorlens.analyses import metrics_frame
+from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens import runtime as rt
 from anchorlens.capture.collect import encode_batches, stream_statistics
-from anchorlens.capture.reducer import make_reducer
 from anchorlens.capture.selection import Selection
 from anchorlens.roles.kinds import Role
 from anchorlens.workflows.inputs import Inputs
-
-DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy")
-
-
-def default_reducers(anchor_role: str = "capsule") -> list:
-    """Fresh reducers for every default metric."""
-    return [make_reducer(name) for name in ("role_flow", "first_token")] + [make_reducer("entropy", anchor_role=anchor_role)]
-
 
 def anchors_of(model) -> tuple[str, ...]:
     """Anchors worth reporting for a model: the first token, plus each guidance role it inserts."""

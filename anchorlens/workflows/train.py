@@ -21,7 +21,7 @@ import pandas as pd
 from anchorlens.errors import UsageError
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.models.base import Base
-from anchorlens.reports.rundir import examples_digest, manifest
+from anchorlens.rundir import examples_digest, manifest
 from anchorlens.training import TrainConfig, Trainer, split_train_eval, steps_for_epochs
 from anchorlens.training.checkpointing import CHECKPOINTS, latest_checkpoint, save_guidance_atomic, write_text_atomic
 from anchorlens.workflows.evaluate import describe, resolve_model

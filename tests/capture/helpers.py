@@ -17,12 +17,13 @@ class Collect:
 def eager_attentions(base, batch) -> dict:
     """Reference attentions from HF eager ``output_attentions`` per stack: tuple of [B,H,Q,K]."""
     model = base.model
+    before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
             out = base.forward(batch, output_attentions=True)
     finally:
-        model.set_attn_implementation("anchorlens")
+        model.set_attn_implementation(before)
     if base.is_encoder_decoder:
         return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
     stack = base.adapter.stacks()[0]
@@ -32,9 +33,10 @@ def eager_attentions(base, batch) -> dict:
 def sdpa_logits(base, batch) -> torch.Tensor:
     """Logits of a plain sdpa forward (no anchorlens function at all)."""
     model = base.model
+    before = model.config._attn_implementation
     model.set_attn_implementation("sdpa")
     try:
         with torch.no_grad():
             return base.forward(batch).logits
     finally:
-        model.set_attn_implementation("anchorlens")
+        model.set_attn_implementation(before)

@@ -8,7 +8,7 @@ from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.runtime import distributed as rt
 from anchorlens.workflows.capture_run import run_capture
-from anchorlens.workflows.statistics import default_reducers
+from anchorlens.analyses import default_reducers
 from tests.runtime.synth import SITES, feed, make_items
 
 N_SYNTH = 10

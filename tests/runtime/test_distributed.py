@@ -11,7 +11,7 @@ import pytest
 from anchorlens.capture.selection import Selection
 from anchorlens.runtime import distributed as rt
 from anchorlens.workflows.capture_run import run_capture
-from anchorlens.workflows.statistics import default_reducers
+from anchorlens.analyses import default_reducers
 from tests.runtime.dist_worker import N_SYNTH, synthetic_plan
 from tests.runtime.helpers import read_metrics, sorted_frame, spawn_world, wait_all
 from tests.runtime.synth import feed, make_items

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from anchorlens.runtime.codec import pack_state, unpack_state
 from anchorlens.runtime.distributed import merged_states
 from anchorlens.runtime.shards import Progress
-from anchorlens.workflows.statistics import default_reducers
+from anchorlens.analyses import default_reducers
 from tests.runtime.helpers import sorted_frame
 from tests.runtime.synth import batch_event, feed, make_items
 

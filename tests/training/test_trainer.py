@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from anchorlens.evaluation import predict
-from anchorlens.models.checkpoints import load_checkpoint, save_checkpoint
+from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 from anchorlens.training import Trainer, dataset_loss, latest_checkpoint, step_checkpoints
 
 from .helpers import config, guided, rte, same_state

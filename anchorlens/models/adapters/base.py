@@ -5,7 +5,7 @@ from typing import ClassVar
 
 import torch
 
-from anchorlens.capture.selection import Site
+from anchorlens.models.adapters.site import Site
 from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
 

@@ -8,7 +8,7 @@ import torch
 
 from anchorlens.errors import UsageError
 from anchorlens.methods import Capsule, DeepPrompt, GuidedModel, InstanceToken, SoftPrompt, load_guided
-from anchorlens.models.checkpoints import load_checkpoint, save_checkpoint
+from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 from tests.methods.helpers import rte_batch
 
 
