@@ -238,6 +238,7 @@ def train(
     eval_every: Annotated[int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")] = 50,
     patience: Annotated[Optional[int], typer.Option("--patience", help="Early-stopping patience in evaluations.")] = 5,
     n: N_ = None,
+    max_length: Annotated[int, typer.Option("--max-length", min=16, help="Truncate inputs (longest field first) to this many tokens.")] = 384,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
     force: Force_ = False,
 ) -> None:
@@ -246,7 +247,7 @@ def train(
 
     run = run_train(method, task, data, eval_data, base=base, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
                     grad_accum=grad_accum, optimizer=optimizer, seed=seed, out=out, resume=resume, force=force,
-                    eval_every=eval_every, patience=patience, n=n)
+                    eval_every=eval_every, patience=patience, n=n, max_length=max_length)
     s = run.summary
     typer.echo(f"{method}: {s['num_trainable']:,} trainable parameters, {s['steps']} steps, "
                f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; checkpoint {out}/final")
