@@ -135,3 +135,16 @@ def test_compare_under_torchrun_two_processes_matches_one(tmp_path, compare_dir)
     pd.testing.assert_frame_equal(a[keys], b[keys])
     assert float((a.value - b.value).abs().max()) <= 1e-6
     shutil.rmtree(out)
+
+
+def test_checkpoint_from_another_base_is_refused(tmp_path, tiny_base):
+    from anchorlens.methods.checkpoints import save_checkpoint
+    from anchorlens.methods.spec import load_guided
+
+    ckpt = tmp_path / "capsule-llama"
+    save_checkpoint(load_guided("capsule", base=tiny_base("tiny-llama")), ckpt)
+    out = tmp_path / "out"
+    result = run("compare", "--ckpt", "base", "--ckpt", str(ckpt), "--base", "tiny-t5", "--n", "2", "--out", str(out))
+    assert result.exit_code == 2, result.output
+    assert "trained on 'tiny-llama'" in result.output and "load it with its own base" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()
