@@ -70,9 +70,17 @@ def _selection(layers: str | None, heads: str | None):
         raise UsageError(f"cannot parse --layers {layers!r} / --heads {heads!r}; use forms like 0,2,5-8,-1") from None
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Show warnings as ``warning: ...`` on stderr, without source lines."""
+    print(f"warning: {message}", file=file or sys.stderr)
+
+
 @app.callback()
 def root(ctx: typer.Context) -> None:
     """Without a command: run the demo on the embedded SmolLM2 and the bundled RTE examples."""
+    import warnings
+
+    warnings.showwarning = _one_line_warning
     if ctx.invoked_subcommand is None:
         demo()
 

@@ -1,6 +1,7 @@
 """From task examples to captured statistics or maps: render, encode, batch, capture."""
 from __future__ import annotations
 
+import warnings
 from typing import Iterable, Iterator, Mapping, Sequence
 
 from anchorlens.capture.maps import AttentionMaps
@@ -10,6 +11,10 @@ from anchorlens.capture.selection import Selection
 from anchorlens.capture.sinks import MapSink, StreamSink
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.templates import Template
+
+
+class InputTruncated(UserWarning):
+    """Some inputs were longer than the limit and lost their right end."""
 
 
 def _base(target: CaptureTarget):
@@ -26,16 +31,29 @@ def encode_batches(
     max_length: int | None = None,
     sort_by_length: bool = True,
 ) -> Iterator[Encoded]:
-    """Render and encode examples in batches; length-sorted batches waste less padding."""
+    """Render and encode examples in batches; length-sorted batches waste less padding.
+
+    Inputs longer than ``max_length`` (default: the base's context length) are truncated; a
+    ``InputTruncated`` warning says how many once all batches are out.
+    """
     ids = list(range(len(examples))) if example_ids is None else list(example_ids)
+    base = _base(target)
+    context = getattr(base, "context_length", None)
+    limit = min(x for x in (max_length, context) if x is not None) if (max_length or context) else None
     rendered = [template.render(ex) for ex in examples]
     order = list(range(len(examples)))
     if sort_by_length:
         order.sort(key=lambda i: len(rendered[i].text))
-    base = _base(target)
+    truncated = 0
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        yield base.encode([rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=max_length)
+        batch = base.encode([rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=limit)
+        truncated += int(batch.meta.get("truncated", 0))
+        yield batch
+    if truncated:
+        why = "--max-length" if max_length is not None and limit == max_length else "the base's context length"
+        warnings.warn(InputTruncated(f"truncated {truncated} of {len(examples)} examples to {limit} tokens ({why}); "
+                                     "pass --max-length to choose the limit"), stacklevel=2)
 
 
 def stream_statistics(

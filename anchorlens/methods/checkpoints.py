@@ -7,7 +7,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
+
+from anchorlens.tensorfile import load_tensors
 
 from anchorlens.errors import UsageError
 
@@ -106,11 +108,12 @@ def load_checkpoint(path: str | Path, base=None):
     if base is None:
         base = load_base(meta.get("base", {}).get("spec"))
     check_base(meta, base, path)
-    tensor_file = Path(path).expanduser() / TENSOR_FILE
-    if not tensor_file.is_file():
-        raise UsageError(f"checkpoint {path} lacks {TENSOR_FILE}")
+    tensors = load_tensors(Path(path).expanduser() / TENSOR_FILE, f"checkpoint tensors of {path}:")
     guidances = [guidance_from_config(entry) for entry in meta.get("methods", [])]
     guided = GuidedModel(base, guidances, seed=int(meta.get("seed", 0)))
-    guided.load_guidance_state_dict(load_file(str(tensor_file)))
+    try:
+        guided.load_guidance_state_dict(tensors)
+    except (KeyError, RuntimeError, ValueError) as err:
+        raise UsageError(f"checkpoint {path}: {TENSOR_FILE} does not match its {META_FILE} ({str(err).splitlines()[0]})") from None
     guided.meta = meta
     return guided

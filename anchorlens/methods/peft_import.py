@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import load_file
-
 from anchorlens.errors import UsageError
+from anchorlens.tensorfile import load_tensors
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -42,7 +41,7 @@ def _prompt_tensor(path: Path):
     file = path / WEIGHTS_FILE
     if not file.is_file():
         raise UsageError(f"PEFT adapter {path} lacks {WEIGHTS_FILE} (anchorlens never unpickles .bin files)")
-    tensors = load_file(str(file))
+    tensors = load_tensors(file, f"PEFT adapter weights of {path}:")
     if "prompt_embeddings" in tensors:
         return tensors["prompt_embeddings"]
     if len(tensors) == 1:

@@ -49,6 +49,15 @@ class Base:
         return int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "num_heads", None) or cfg.n_head)
 
     @property
+    def context_length(self) -> int | None:
+        """Longest input the base's positions allow (None for relative positions, as in T5)."""
+        if self.is_encoder_decoder:
+            return None
+        cfg = self.config
+        value = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+        return int(value) if value else None
+
+    @property
     def is_encoder_decoder(self) -> bool:
         """True for T5-style models."""
         return bool(getattr(self.config, "is_encoder_decoder", False))

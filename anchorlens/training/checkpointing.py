@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
+from anchorlens.tensorfile import load_tensors
 
 STATE_TENSORS = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
@@ -104,7 +105,7 @@ def latest_checkpoint(out: Path) -> Path | None:
 def read_step(path: Path, base: Any) -> tuple[Any, dict[str, torch.Tensor], dict]:
     """(guided model, state tensors, state facts) of a step checkpoint."""
     guided = load_checkpoint(path, base=base)
-    tensors = load_file(str(path / STATE_TENSORS))
+    tensors = load_tensors(path / STATE_TENSORS, "trainer state")
     facts = json.loads((path / STATE_JSON).read_text())
     return guided, tensors, facts
 
