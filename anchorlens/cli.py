@@ -287,6 +287,27 @@ def evaluate(
     typer.echo(f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] (n={m['num_examples']}) {extra}".rstrip())
 
 
+@app.command()
+@usage_errors
+def params(
+    ckpt: Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat).")],
+    base: Base_ = "smollm2-135m",
+) -> None:
+    """Trainable parameters of each checkpoint spec and their share of the base."""
+    from anchorlens.models.loading import load_base
+    from anchorlens.workflows.models import load_model
+
+    shared = load_base(base)
+    total = shared.num_parameters()
+    typer.echo(f"{base}: {total:,} parameters")
+    for spec in ckpt:
+        model = load_model(spec, shared)
+        rows = getattr(model, "parameter_report", lambda: [])()
+        trainable = sum(r["trainable"] for r in rows)
+        detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"
+        typer.echo(f"  {spec:<28} {trainable:>10,}  {100 * trainable / total:.4f}%  ({detail})")
+
+
 sweep_app = typer.Typer(help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length.")
 app.add_typer(sweep_app, name="sweep")
 

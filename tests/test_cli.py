@@ -148,3 +148,11 @@ def test_checkpoint_from_another_base_is_refused(tmp_path, tiny_base):
     assert result.exit_code == 2, result.output
     assert "trained on 'tiny-llama'" in result.output and "load it with its own base" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_params_reports_counts_and_share():
+    result = run("params", "--ckpt", "capsule", "--ckpt", "prompt:n=10", *TINY)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:2] == ["capsule", "256"] for line in lines)  # 4 layers x d=64
+    assert any(line.split()[:2] == ["prompt:n=10", "640"] for line in lines)  # 10 x 64
