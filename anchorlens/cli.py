@@ -28,6 +28,7 @@ Heads_ = Annotated[Optional[str], typer.Option("--heads", help="Heads to capture
 Batch_ = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")]
 Dtype_ = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
 Force_ = Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")]
+Device_ = Annotated[Optional[str], typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base over the node's GPUs).")]
 
 
 def _fail(message: str) -> None:
@@ -120,6 +121,7 @@ def compare(
     batch_size: Batch_ = 8,
     map_example: Annotated[int, typer.Option("--map-example", help="Index of the example drawn in the attention-map figure.")] = 0,
     dtype: Dtype_ = "float32",
+    device: Device_ = None,
     force: Force_ = False,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
@@ -134,7 +136,8 @@ def compare(
     started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
     try:
         result = run_compare(ckpt, base=base, task=task, data=data, n=n, selection=_selection(layers, heads),
-                             batch_size=batch_size, map_example=map_example, dtype=dtype, progress=rt.is_main())
+                             batch_size=batch_size, map_example=map_example, dtype=dtype, device=device,
+                             progress=rt.is_main())
         if rt.is_main():
             write_comparison(result, out, force)
             typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
@@ -206,6 +209,7 @@ def capture(
     chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Examples per saved progress shard.")] = 32,
     max_length: Annotated[Optional[int], typer.Option("--max-length", min=2, help="Truncate inputs to this many tokens.")] = None,
     dtype: Dtype_ = "float32",
+    device: Device_ = None,
     force: Annotated[bool, typer.Option("--force", help="Replace a finished run / discard unfinished progress.")] = False,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
@@ -213,7 +217,8 @@ def capture(
     from anchorlens.workflows.capture_run import run_capture
 
     path = run_capture(ckpt, base, task, data, n, _selection(layers, heads), batch_size, out, force,
-                       chunk_size=chunk_size, progress=not no_progress, dtype=dtype, max_length=max_length)
+                       chunk_size=chunk_size, progress=not no_progress, dtype=dtype, max_length=max_length,
+                       device=device)
     from anchorlens.runtime import is_main
 
     if is_main():

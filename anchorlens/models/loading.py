@@ -28,7 +28,7 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype:
     return _DTYPES[name]
 
 
-def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype) -> tuple[torch.nn.Module, object]:
+def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype, device_map: str | None = None) -> tuple[torch.nn.Module, object]:
     """Load a local HF model directory from safetensors only (never pickle, never remote code)."""
     from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
                               AutoModelForSeq2SeqLM, AutoTokenizer)
@@ -46,6 +46,8 @@ def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype) -> tuple[torch.nn.Mo
     else:
         auto = AutoModelForCausalLM
     kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=attn, dtype=dtype)
+    if device_map is not None:
+        kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
     try:
         model = auto.from_pretrained(path, **kwargs)
     except ValueError:
@@ -55,7 +57,12 @@ def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype) -> tuple[torch.nn.Mo
 
 
 def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = None, device: str | None = None) -> Base:
-    """Load a base by spec: ``smollm2-135m`` (default), ``tiny-llama``/``-qwen2``/``-gpt2``/``-bert``/``-t5``, or a local HF dir."""
+    """Load a base by spec: ``smollm2-135m`` (default), ``tiny-llama``/``-qwen2``/``-gpt2``/``-bert``/``-t5``, or a local HF dir.
+
+    ``device``: None (CPU), a torch device (``cuda:0``), or ``auto`` to let accelerate place a large
+    HF base across every GPU of the node (``device_map="auto"``).
+    """
+    device_map = "auto" if device == "auto" else None
     attn = "sdpa"  # capture switches a model to its sdpa-based function only when it first captures
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
@@ -63,13 +70,13 @@ def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = Non
         model, tok = build_tiny(spec, attn)
         model = model.to(torch_dtype)
     elif spec == EMBEDDED_SPEC:
-        model, tok = _load_hf_dir(ensure_converted(), attn, torch_dtype)
+        model, tok = _load_hf_dir(ensure_converted(), attn, torch_dtype, device_map)
     else:
         path = Path(spec).expanduser()
         if not path.exists():
             known = ", ".join((EMBEDDED_SPEC, *TINY_BASES))
             raise UsageError(f"unknown base {spec!r}: not a directory and not one of {known}")
-        model, tok = _load_hf_dir(path, attn, torch_dtype)
+        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise UsageError(f"the tokenizer of {spec!r} has neither a pad nor an eos token; add a pad token")
@@ -77,6 +84,6 @@ def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = Non
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    if device:
+    if device and device_map is None:
         model.to(device)
     return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter_for(model.config.model_type))

@@ -72,6 +72,7 @@ def compare(
     batch_size: int = 8,
     map_example: int = 0,
     dtype: str | None = None,
+    device: str | None = None,
     progress: bool = False,
     n_boot: int = 2000,
 ) -> Comparison:
@@ -81,7 +82,7 @@ def compare(
     inputs = resolve_inputs(task, data, n)
     if not 0 <= map_example < len(inputs.examples):
         raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
-    shared = load_base(base, dtype=dtype)
+    shared = load_base(base, dtype=dtype, device=device)
     models = {name: load_model(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
     for model in models.values():
         validate_positions(model, inputs, batch_size)
