@@ -103,3 +103,21 @@ def test_bf16_capture_is_normalized_and_close_to_fp32(tiny_base):
         valid = e16.layout.q.valid[:, None, :].expand(e16.probs.shape[:3])
         assert torch.allclose(e16.probs.sum(-1)[valid], torch.ones(()), atol=1e-5)
         assert _max_valid_diff(e16, e32.probs) < 0.05
+
+
+def test_t5_decoder_and_cross_attention_with_a_padded_target(tiny_base):
+    base = tiny_base("tiny-t5")
+    batch = _batch(base, "right")
+    g = torch.Generator().manual_seed(0)
+    batch.target_ids = torch.randint(3, 300, (batch.batch_size, 5), generator=g)
+    batch.target_mask = torch.ones_like(batch.target_ids)
+    batch.target_mask[0, 3:] = 0
+    batch.target_roles = torch.full_like(batch.target_ids, 2)
+    sink = Collect()
+    capture_batch(base, batch, sink)
+    reference = eager_attentions(base, batch)
+    stacks = {e.stack for e in sink.events}
+    assert stacks == {"encoder", "decoder", "cross"}
+    for event in sink.events:
+        assert event.probs.shape[-2] == (5 if event.stack != "encoder" else batch.input_ids.shape[1])
+        assert _max_valid_diff(event, reference[event.stack][event.layer]) <= 1e-5, (event.stack, event.layer)
