@@ -1,7 +1,6 @@
 """The example notebook runs top to bottom (on tiny-llama, for speed) and shows the offline widget."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import nbformat

@@ -8,7 +8,6 @@ import torch
 
 from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.roles.kinds import Role
-from anchorlens.tasks import bundled_examples, get_task
 from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.models import load_model
 from anchorlens.workflows.statistics import capture_statistics

@@ -1,0 +1,15 @@
+"""The typer application object; commands register themselves on it."""
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=False,
+    invoke_without_command=True,
+    help="Measure attention anchors (instance tokens, CaPT capsules, soft prompts) in language models.",
+    pretty_exceptions_enable=False,
+)
+
+sweep_app = typer.Typer(help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length.")
+app.add_typer(sweep_app, name="sweep")
