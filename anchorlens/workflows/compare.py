@@ -45,15 +45,24 @@ class Comparison:
 
 
 def checkpoint_names(specs: Sequence[str]) -> list[str]:
-    """Short unique display names: a directory's name, or the spec string itself."""
-    names: list[str] = []
-    for spec in specs:
-        name = Path(spec).name if Path(spec).expanduser().is_dir() else spec
-        base, k = name, 2
-        while name in names:
-            name, k = f"{base}#{k}", k + 1
-        names.append(name)
-    return names
+    """Short unique display names: the shortest path suffix that tells directories apart, else the spec."""
+    parts = [Path(s).expanduser().resolve().parts if Path(s).expanduser().is_dir() else (s,) for s in specs]
+    depth = [1] * len(specs)
+    while True:
+        names = ["/".join(p[-d:]) for p, d in zip(parts, depth)]
+        clashes = {n for n in names if names.count(n) > 1}
+        grow = [i for i, n in enumerate(names) if n in clashes and depth[i] < len(parts[i])]
+        if not grow:
+            break
+        for i in grow:
+            depth[i] += 1
+    out: list[str] = []
+    for name in names:  # identical specs given twice
+        unique, k = name, 2
+        while unique in out:
+            unique, k = f"{name}#{k}", k + 1
+        out.append(unique)
+    return out
 
 
 def _with_input_pooling(df: pd.DataFrame) -> pd.DataFrame:

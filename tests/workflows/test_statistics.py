@@ -60,3 +60,12 @@ def test_anchor_mass_to_instance_pools_input_queries(measured):
     expected = p[inputs][:, 0].mean().item()
     got = _value(metrics, "anchor_mass", example, 1, 1, "input", "instance")
     assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_checkpoint_names_are_short_and_unique(tmp_path):
+    from anchorlens.workflows.compare import checkpoint_names
+
+    for d in ("prompt100/final", "capsule/final", "solo"):
+        (tmp_path / d).mkdir(parents=True)
+    specs = ["base", str(tmp_path / "prompt100/final"), str(tmp_path / "capsule/final"), str(tmp_path / "solo"), "base"]
+    assert checkpoint_names(specs) == ["base", "prompt100/final", "capsule/final", "solo", "base#2"]
