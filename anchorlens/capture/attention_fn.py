@@ -57,16 +57,16 @@ def attention_probs(
         if position_bias is not None and position_bias.shape[1] > 1:
             position_bias = position_bias.index_select(1, heads)
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)) * scale
+    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)).mul_(scale)  # in place: one [B,H,Q,K] buffer
     if position_bias is not None:
-        scores = scores + position_bias[..., : key.shape[2]].float()
+        scores.add_(position_bias[..., : key.shape[2]].float())
     visible = visible_keys(query, key, attention_mask, is_causal)
     if attention_mask is not None and attention_mask.dtype != torch.bool:
-        scores = scores + attention_mask[..., : key.shape[2]].float().clamp_min(torch.finfo(torch.float32).min)
-    scores = scores.masked_fill(~visible, torch.finfo(torch.float32).min)
+        scores.add_(attention_mask[..., : key.shape[2]].float().clamp_min(torch.finfo(torch.float32).min))
+    scores.masked_fill_(~visible, torch.finfo(torch.float32).min)
     probs = torch.softmax(scores, dim=-1)
     # Queries that see no key at all (fully padded rows) get all-zero rows, not uniform ones.
-    probs = probs * visible.any(dim=-1, keepdim=True)
+    probs.mul_(visible.any(dim=-1, keepdim=True))
     return probs, visible
 
 

@@ -66,7 +66,7 @@ def stream_statistics(
     """Feed every batch's attention to ``reducers``; memory stays one batch of one site's maps."""
     sink = StreamSink(reducers)
     for batch in batches:
-        capture_batch(target, batch, sink, selection)
+        capture_batch(target, batch, sink, selection, need_logits=False)
         if progress is not None:
             progress.update(batch.batch_size)
     return reducers
@@ -84,6 +84,6 @@ def collect_maps(
     for batch in batches:
         if seen >= max_examples:
             break
-        capture_batch(target, batch, sink, selection)
+        capture_batch(target, batch, sink, selection, need_logits=False)
         seen += batch.batch_size
     return sink.maps(dict(_base(target).adapter.stack_sequences))

@@ -1,6 +1,7 @@
 """Run a model on encoded batches with capture active."""
 from __future__ import annotations
 
+import inspect
 from typing import Iterable, Protocol
 
 import torch
@@ -31,15 +32,27 @@ class CaptureTarget(Protocol):
         ...
 
 
-def capture_batch(target: CaptureTarget, batch: Encoded, sink: Sink, selection: Selection = Selection()):
-    """Forward one batch with capture active; returns the model's outputs."""
+def _skip_lm_head(model: torch.nn.Module) -> dict:
+    """Forward kwargs that keep only the last position's logits, when the model supports it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
+def capture_batch(
+    target: CaptureTarget, batch: Encoded, sink: Sink, selection: Selection = Selection(), need_logits: bool = True
+):
+    """Forward one batch with capture active; returns the model's outputs.
+
+    ``need_logits=False`` (statistics-only runs) skips the full-vocabulary logits of every
+    position where the model allows it; attention is unaffected.
+    """
     install(target.model)
+    kwargs = {} if need_logits else _skip_lm_head(target.model)
     batch = batch.to(target.device)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)
     session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection)
     with activate(session), torch.no_grad():
-        return target.forward(batch)
+        return target.forward(batch, **kwargs)
 
 
 def capture_batches(
@@ -47,4 +60,4 @@ def capture_batches(
 ) -> None:
     """Forward every batch with capture active, feeding the same sink."""
     for batch in batches:
-        capture_batch(target, batch, sink, selection)
+        capture_batch(target, batch, sink, selection, need_logits=False)

@@ -127,7 +127,8 @@ class GuidedModel:
         finally:
             for g in self.guidances:
                 g.begin()  # drop per-forward state (and the graph it references)
-        if plan.inputs is not None and not self.is_encoder_decoder and getattr(out, "logits", None) is not None:
+        partial = "logits_to_keep" in kwargs  # only the last positions' logits: nothing to realign
+        if plan.inputs is not None and not self.is_encoder_decoder and not partial and getattr(out, "logits", None) is not None:
             out.logits = plan.inputs.splice.remove(out.logits)
         return out
 
