@@ -156,3 +156,27 @@ def test_params_reports_counts_and_share():
     lines = result.output.splitlines()
     assert any(line.split()[:2] == ["capsule", "256"] for line in lines)  # 4 layers x d=64
     assert any(line.split()[:2] == ["prompt:n=10", "640"] for line in lines)  # 10 x 64
+
+
+def test_sweep_instance_writes_accuracy_and_anchor_metrics(tmp_path):
+    out = tmp_path / "sweep"
+    result = run("sweep", "instance", "--k", "0,1,2", "--positions", "first,last", *TINY, "--n", "6", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "sweep.csv")
+    assert len(table) == 6 and set(table.position) == {"first", "last"}
+    assert table.accuracy.between(0, 1).all()
+    # what the instance token receives: positive at first, nothing at last (no later query can see it)
+    at = table.set_index(["k", "position"])
+    assert at.loc[(1, "first"), "anchor_mass"] > 0 and at.loc[(1, "last"), "anchor_mass"] == 0
+    assert at.loc[(1, "last"), "accuracy"] == at.loc[(0, "last"), "accuracy"]  # after the scored token: no effect
+    assert {"accuracy.png", "anchor_mass.png"} <= {p.name for p in (out / "figures").iterdir()}
+    assert "| k |" in (out / "summary.md").read_text()
+
+
+def test_sweep_length_trains_one_prompt_per_length(tmp_path):
+    out = tmp_path / "len"
+    result = run("sweep", "length", "--lengths", "1,3", "--steps", "2", *TINY, "--n", "12", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "sweep.csv")
+    assert table.length.tolist() == [1, 3] and table.num_trainable.tolist() == [64, 192]
+    assert (out / "runs" / "n-3" / "final" / "anchorlens.json").is_file()
