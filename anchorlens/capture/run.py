@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Iterable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -53,11 +53,3 @@ def capture_batch(
     session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection)
     with activate(session), torch.no_grad():
         return target.forward(batch, **kwargs)
-
-
-def capture_batches(
-    target: CaptureTarget, batches: Iterable[Encoded], sink: Sink, selection: Selection = Selection()
-) -> None:
-    """Forward every batch with capture active, feeding the same sink."""
-    for batch in batches:
-        capture_batch(target, batch, sink, selection, need_logits=False)

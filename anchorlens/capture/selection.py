@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Sequence
 
 from anchorlens.models.adapters.site import Site
 
@@ -50,8 +49,3 @@ def parse_layers(text: str | None) -> tuple[int, ...] | None:
         else:
             out.append(int(part))
     return tuple(out)
-
-
-def as_tuple(values: Sequence | None) -> tuple | None:
-    """Tuple of the values, or None."""
-    return None if values is None else tuple(values)

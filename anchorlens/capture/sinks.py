@@ -1,7 +1,7 @@
 """Sinks that consume attention events: full maps for a few examples, or streaming reducers."""
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable
 
 import torch
 
@@ -87,20 +87,3 @@ class MapSink:
                 )
             out.append(AttentionMaps(example_id=ex, stacks=built))
         return out
-
-
-def fan_out(sinks: Sequence) -> "FanOut":
-    """One sink that forwards every event to several sinks."""
-    return FanOut(list(sinks))
-
-
-class FanOut:
-    """Forwards each event to every sink in order."""
-
-    def __init__(self, sinks: list) -> None:
-        self.sinks = sinks
-
-    def consume(self, event: AttentionEvent) -> None:
-        """Forward the event."""
-        for sink in self.sinks:
-            sink.consume(event)

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import pandas as pd
 
-from anchorlens.analyses import anchor_mass, anchor_structural, average_heads
+from anchorlens.analyses import anchor_mass, anchor_structural
 from anchorlens.analyses.frames import concat_frames, roles_label
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
@@ -104,12 +104,3 @@ def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
         s = summarize(per_example, by=["position"])
         parts.append(s.assign(metric=metric, query_role=q, key_role=k))
     return pd.concat(parts, ignore_index=True)
-
-
-def head_mean_rows(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Head-averaged rows per position (for figures)."""
-    return pd.concat(
-        [average_heads(g.drop(columns=["position", "checkpoint"])).assign(position=p, checkpoint=c)
-         for (p, c), g in metrics.groupby(["position", "checkpoint"], sort=False)],
-        ignore_index=True,
-    )
