@@ -40,6 +40,8 @@ SITE_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head")
 ROW_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head", "metric", "query_role", "key_role")
 ALL = "all"
 NO_ROLE = ""
+INPUT = "input"  # label of the pooled input queries (special + structural + content)
+GUIDANCE = "guidance"  # label of the pooled guidance roles
 _DTYPES = {
     "example": "int64",
     "stack": "str",
@@ -148,7 +150,7 @@ def roles_label(roles: Iterable[str | int | Role]) -> str:
     labels = [role_label(r) for r in roles]
     names = set(labels)
     if names == {r.label for r in INPUT_ROLES}:
-        return "input"
+        return INPUT
     if names == {r.label for r in GUIDANCE_ROLES}:
-        return "guidance"
+        return GUIDANCE
     return "+".join(labels)

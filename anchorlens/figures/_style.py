@@ -87,15 +87,15 @@ _REPLACE = {
 }
 
 
-def clean_token(token: str, max_len: int = 14) -> str:
-    """Printable one-line tick label: BPE markers to spaces, newlines to ⏎, ``$`` escaped."""
+def clean_token(token: str, max_len: int = 14, mathtext: bool = True) -> str:
+    """Printable one-line tick label: BPE markers to spaces, newlines to ⏎; ``$`` escaped for matplotlib's mathtext unless ``mathtext=False`` (HTML)."""
     text = "".join(_REPLACE.get(ch, ch) for ch in str(token))
     text = "".join(ch for ch in text if unicodedata.category(ch)[0] != "C")
     if text.strip() == "":
         return "␣" if text else "∅"
     if len(text) > max_len:
         text = text[: max_len - 1] + "…"
-    return text.replace("$", r"\$")
+    return text.replace("$", r"\$") if mathtext else text
 
 
 def pick_ticks(roles: Sequence[object], max_labels: int = 60) -> tuple[list[int], int]:

@@ -53,11 +53,6 @@ def _lut(n: int = 64) -> list[str]:
     return ["#%02x%02x%02x" % tuple(int(255 * c) for c in cmap(i / (n - 1))[:3]) for i in range(n)]
 
 
-def _label(token: str) -> str:
-    """Tick label for HTML (no matplotlib escaping)."""
-    return clean_token(token).replace("\\$", "$")
-
-
 def _views(probs: torch.Tensor) -> np.ndarray:
     """[L, H+1, Q, K]: every head plus the head mean for every layer."""
     mean = probs.mean(dim=1, keepdim=True)
@@ -73,11 +68,11 @@ def widget_html(maps: StackMaps, title: str = "") -> str:
         "b64": base64.b64encode(quant.tobytes()).decode("ascii"),
         "scale": scale.tolist(),
         "heads": maps.heads,
-        "q": [[_label(t), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
-        "k": [[_label(t), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
+        "q": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
+        "k": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
         "colors": [ROLE_COLORS.get(Role(i).label, "#333") for i in range(len(Role))],
         "lut": _lut(),
-        "pad": 8 + 6 * max(len(clean_token(t)) for t in [*maps.q_tokens, *maps.k_tokens, "x"]),
+        "pad": 8 + 6 * max(len(clean_token(t, mathtext=False)) for t in [*maps.q_tokens, *maps.k_tokens, "x"]),
     }
     root = f"al-{uuid.uuid4().hex[:10]}"
     layers = "".join(f"<option value='{i}'>layer {layer}</option>" for i, layer in enumerate(maps.layers))

@@ -27,9 +27,7 @@ def _curve_rows(metrics: pd.DataFrame) -> pd.DataFrame:
         q, k = HEADLINE_ROLES[metric]
         sel = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]
         parts.append(sel)
-    rows = pd.concat(parts, ignore_index=True)
-    return pd.concat([average_heads(rows[rows.checkpoint == c]).assign(checkpoint=c) for c in rows.checkpoint.unique()],
-                     ignore_index=True)
+    return average_heads(pd.concat(parts, ignore_index=True))  # checkpoint stays a grouping column
 
 
 def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
@@ -48,8 +46,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
         paired = result.paired[result.paired["head"] >= 0]
         out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to position 0, {name} − {base} (* q<0.05)",
                     head_diff_grid(paired, "anchor_mass", checkpoint=name, query_role=q, key_role=k)))
-    flow = result.metrics[result.metrics.metric == "role_flow"]
-    flow = pd.concat([average_heads(flow[flow.checkpoint == c]).assign(checkpoint=c) for c in result.checkpoints], ignore_index=True)
+    flow = average_heads(result.metrics[result.metrics.metric == "role_flow"])
     flow = flow[flow.query_role != "all"]
     out.append(("role_flow", "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
                 role_flow_heatmaps(flow)))

@@ -8,7 +8,7 @@ from typing import Sequence
 import pandas as pd
 
 from anchorlens.analyses import average_heads, compare_frames, headline_table, structural_attention
-from anchorlens.analyses.frames import concat_frames, roles_label
+from anchorlens.analyses.frames import GUIDANCE, INPUT, concat_frames
 from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
@@ -19,13 +19,12 @@ from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.models import load_model
 from anchorlens.workflows.statistics import capture_statistics
 
-INPUT = roles_label(INPUT_ROLES)
 # Which (query_role, key_role) rows give each headline number: input queries, position-0 anchor.
 HEADLINE_ROLES = {
     "anchor_mass": (INPUT, "first_token"),
     "structural_attention": (INPUT, "structural"),
     "entropy": ("all", ""),
-    "island_score": ("guidance", "guidance"),
+    "island_score": (GUIDANCE, GUIDANCE),
 }
 HEADLINE = tuple(HEADLINE_ROLES)
 PAIRED_METRICS = ("anchor_mass", "structural_attention", "entropy", "island_score", "anchor_structural")
@@ -108,8 +107,7 @@ def compare(
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
     names = list(models)
     metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
-    roles = {m: r for m, r in HEADLINE_ROLES.items()}
-    headline = headline_table(frames, HEADLINE, roles=roles, n_boot=n_boot)
+    headline = headline_table(frames, HEADLINE, roles=HEADLINE_ROLES, n_boot=n_boot)
     paired = _paired(frames, names[0], n_boot)
     facts = {
         "base": base,
@@ -130,7 +128,7 @@ def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.D
     per_head = compare_frames(keep, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
     means = {name: average_heads(df) for name, df in keep.items()}
     layer_mean = compare_frames(means, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
-    return concat_frames_any([per_head, layer_mean])
+    return pd.concat([per_head, layer_mean], ignore_index=True)
 
 
 def validate_positions(model, inputs: Inputs, batch_size: int) -> None:
@@ -139,12 +137,6 @@ def validate_positions(model, inputs: Inputs, batch_size: int) -> None:
         return
     for batch in encode_batches(model, inputs.examples, inputs.task.template, batch_size=batch_size):
         model.plan(batch)
-
-
-def concat_frames_any(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """Concatenate frames of the same columns, skipping empty ones."""
-    parts = [f for f in frames if not f.empty]
-    return pd.concat(parts, ignore_index=True) if parts else frames[0]
 
 
 def _progress(enabled: bool, total: int, name: str):

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from anchorlens.analyses.frames import ALL, roles_label
-from anchorlens.roles.kinds import INPUT_ROLES
+from anchorlens.analyses.frames import ALL, INPUT
 
 
 def per_layer_table(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -13,8 +12,7 @@ def per_layer_table(metrics: pd.DataFrame) -> pd.DataFrame:
     first-token mass and structural attention are pooled over input queries (special, structural,
     content) weighted by their counts; entropy is the mean normalized entropy of all queries.
     """
-    inputs = roles_label(INPUT_ROLES)
-    first = metrics[(metrics.metric == "anchor_mass") & (metrics.key_role == "first_token") & (metrics.query_role == inputs)]
+    first = metrics[(metrics.metric == "anchor_mass") & (metrics.key_role == "first_token") & (metrics.query_role == INPUT)]
     structural = metrics[(metrics.metric == "structural_attention") & (metrics.query_role == ALL)]
     entropy = metrics[(metrics.metric == "entropy") & (metrics.query_role == ALL)]
     cols = {"first_token_mass": first, "structural_attention": structural, "entropy": entropy}

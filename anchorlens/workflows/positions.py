@@ -8,11 +8,11 @@ from typing import Sequence
 import pandas as pd
 
 from anchorlens.analyses import anchor_mass, anchor_structural
-from anchorlens.analyses.frames import concat_frames, roles_label
+from anchorlens.analyses.frames import INPUT, concat_frames
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.models.loading import load_base
-from anchorlens.roles.kinds import INPUT_ROLES, Role
+from anchorlens.roles.kinds import Role
 from anchorlens.workflows.compare import validate_positions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.models import load_model
@@ -95,8 +95,7 @@ def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
     """Per position: mean (over examples; each averaged over layers and heads) of anchor mass and anchor→structural."""
     from anchorlens.analyses.stats import summarize
 
-    inputs = roles_label(INPUT_ROLES)
-    want = [("anchor_mass", inputs, anchor), ("anchor_structural", anchor, "structural")]
+    want = [("anchor_mass", INPUT, anchor), ("anchor_structural", anchor, "structural")]
     parts = []
     for metric, q, k in want:
         rows = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]

@@ -82,12 +82,11 @@ def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, flo
     (``anchor_mass``), the instance tokens' own attention to structural tokens (``anchor_structural``),
     and attention input queries pay to position 0 (``first_token_mass``)."""
     from anchorlens.analyses import anchor_mass, anchor_structural
-    from anchorlens.analyses.frames import roles_label
-    from anchorlens.roles.kinds import INPUT_ROLES
+    from anchorlens.analyses.frames import INPUT
     from anchorlens.workflows.statistics import capture_statistics
 
     df = capture_statistics(model, inputs, batch_size=batch_size, anchors=("first_token", "instance"))
-    first = df[(df.metric == "anchor_mass") & (df.key_role == "first_token") & (df.query_role == roles_label(INPUT_ROLES))]
+    first = df[(df.metric == "anchor_mass") & (df.key_role == "first_token") & (df.query_role == INPUT)]
     mean = lambda rows: float(rows.groupby("example")["value"].mean().mean()) if len(rows) else float("nan")  # noqa: E731
     return {"anchor_mass": mean(anchor_mass(df, "instance")), "anchor_structural": mean(anchor_structural(df, "instance")),
             "first_token_mass": mean(first)}
