@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anchorlens-installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo lint test test-fast bench clean
 
 setup: $(STAMP)
 
@@ -20,8 +20,17 @@ $(STAMP): pyproject.toml
 demo: setup
 	$(VENV)/bin/anchorlens
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check anchorlens tests benchmarks
+	$(VENV)/bin/ruff format --check anchorlens tests benchmarks
+	$(VENV)/bin/mypy
+
+# CI runs everything (lint, types, all tests); `make test-fast` skips the tests marked slow.
+test: lint
 	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow"
 
 bench: setup
 	$(PY) benchmarks/run_all.py
