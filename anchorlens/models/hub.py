@@ -95,11 +95,10 @@ def _download(hub: HubId, revision: str | None, cache: Path, offline: bool) -> P
 
     name = _display(hub)
     try:
-        with os_errors(cache, "cannot write the HuggingFace cache", hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory"):
-            folder = snapshot_download(
-                hub.repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
-                allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS,
-            )
+        folder = snapshot_download(
+            hub.repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
+            allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS,
+        )
     except IncompleteSnapshotError as err:
         missing = str(err).split(" is incomplete: ", 1)[-1].split(".", 1)[0]
         how = "and HF_HUB_OFFLINE=1" if offline else "and the Hub could not be reached"
@@ -135,6 +134,9 @@ def _download(hub: HubId, revision: str | None, cache: Path, offline: bool) -> P
         ) from None
     except HfHubHTTPError as err:
         raise UsageError(f"could not download {name} from the HuggingFace Hub ({str(err).splitlines()[0]}); try again later") from None
+    except OSError as err:  # writing the cache: read-only, full disk, a file in the way
+        with os_errors(cache, "cannot write the HuggingFace cache", hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory"):
+            raise err from None
     return Path(folder)
 
 
