@@ -65,7 +65,9 @@ def cached_dir() -> Path:
 def convert_gguf(source: Path, out: Path) -> None:
     """Dequantize the GGUF ``source`` into a safetensors HF model directory ``out`` (~25 s)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
     if getattr(model, "hf_quantizer", None) is not None:
@@ -76,16 +78,15 @@ def convert_gguf(source: Path, out: Path) -> None:
 
 def cache_problem(target: Path, source: Path | None, digests: bool = False) -> str | None:
     """Why the cache at ``target`` cannot be used as is (None: it can); ``digests`` also compares sha256s."""
+    problem = structure_problem(target)
+    if problem:
+        return problem
     record = read_record(target)
     if record is None:
         return "it has no readable record"
     if record.get("format") != RECORD_FORMAT:
         return f"its record has format {record.get('format')!r}, not {RECORD_FORMAT}"
-    return (
-        structure_problem(target)
-        or record_problem(target, record, digests)
-        or source_problem(record, source, digests)
-    )
+    return record_problem(target, record, digests) or source_problem(record, source, digests)
 
 
 def _upgrade_legacy(target: Path, source: Path | None) -> bool:
