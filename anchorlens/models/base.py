@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, cast
 
 import torch
 
-from anchorlens.models.adapters.site import Site
 from anchorlens.models.adapters import ArchAdapter
+from anchorlens.models.adapters.site import Site
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import StaticLayout
 from anchorlens.roles.templates import Rendered
 from anchorlens.roles.tokenize import encode
-
 
 WEIGHT_SLICE = 4096
 
@@ -83,7 +83,8 @@ class Base:
         the same weights loaded in float32 or bfloat16 give the same digest (float16 may not).
         """
         blocks = self.adapter.blocks(self.model, self.adapter.stacks()[0])
-        tensors = [self.adapter.embeddings(self.model).weight]
+        embedding = self.adapter.embeddings(self.model).weight
+        tensors: list[torch.Tensor] = [cast(torch.Tensor, embedding)]
         tensors += [next(block.parameters()) for block in (blocks[0], blocks[-1])]
         h = hashlib.sha256()
         for tensor in tensors:

@@ -11,9 +11,10 @@ import hashlib
 import json
 import os
 import struct
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from anchorlens.atomic import OWNER_FILE, write_json
 

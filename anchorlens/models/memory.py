@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -71,6 +71,11 @@ def estimate_bytes(config, dtype: torch.dtype, auto_cls) -> int:
     return total
 
 
+def human_size(n: float) -> str:
+    """Bytes as GiB (from 100 MiB up) or MiB, one decimal."""
+    return f"{n / GIB:.1f} GiB" if n >= 100 * 2**20 else f"{n / 2**20:.1f} MiB"
+
+
 def _where(device: str | None) -> str:
     if device is None or device == "cpu":
         return "the CPU has"
@@ -96,5 +101,5 @@ def check_fits(
     dtype_name = str(dtype).removeprefix("torch.")
     fix = f"{', '.join(fixes[:-1])} or {fixes[-1]}" if len(fixes) > 1 else fixes[0]
     raise UsageError(
-        f"{label} needs about {need / GIB:.1f} GiB in {dtype_name}, {_where(device)} {free / GIB:.1f} GiB available; use {fix}"
+        f"{label} needs about {human_size(need)} in {dtype_name}, {_where(device)} {human_size(free)} available; use {fix}"
     )

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -24,6 +25,8 @@ IDS = torch.tensor([[5, 6, 7, 8, 9]])
 
 
 def _save_tiny(folder: Path, seed: int) -> None:
+    model: Any
+    tok: Any
     model, tok = build_tiny("tiny-llama", seed=seed)
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)

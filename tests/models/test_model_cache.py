@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -38,6 +39,8 @@ class FakeConverter:
 
         hf_logging.disable_progress_bar()
         self.calls += 1
+        model: Any
+        tok: Any
         model, tok = build_tiny("tiny-llama")
         model.save_pretrained(out, safe_serialization=True)
         if self.delay:
