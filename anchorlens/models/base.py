@@ -110,6 +110,13 @@ class Base:
             self._fingerprint = {**facts, "hash": digest}
         return dict(self._fingerprint)
 
+    def pinned_spec(self) -> str:
+        """A spec that reloads exactly these weights: ``ORG/NAME@COMMIT`` for a hub base, else the spec."""
+        facts = self.provenance()
+        if facts["kind"] == "hub" and facts["repo_id"] and facts["commit"]:
+            return f"{facts['repo_id']}@{facts['commit']}"
+        return self.spec
+
     def provenance(self) -> dict[str, Any]:
         """Where the base came from: kind (embedded|tiny|local|hub), spec, repo_id, revision, commit, path."""
         facts: dict[str, Any] = {"kind": "local", "spec": self.spec, "repo_id": None, "revision": None,

@@ -11,7 +11,7 @@ from transformers.utils import logging as hf_logging
 from anchorlens.errors import AnchorlensError, DataError, UnknownNameError, UsageError
 from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
-from anchorlens.models.embedded import EMBEDDED_SPEC, ensure_converted
+from anchorlens.models.embedded import EMBEDDED_SPEC, cache_problem, ensure_converted
 from anchorlens.models.hub import cached_snapshot_facts, is_hub_id, resolve_hub_dir
 from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
@@ -119,7 +119,9 @@ def _load_embedded(attn: str, dtype: torch.dtype, device_map: str | None) -> tup
         model, tok = _load_hf_dir(path, attn, dtype, device_map)
     except AnchorlensError:
         raise
-    except (OSError, ValueError, RuntimeError):
+    except Exception:
+        if cache_problem(path, None, digests=True) is None:
+            raise  # the cache is what was converted: the failure is not the cache's
         path = ensure_converted(verify=True)  # same-size damage shows only in the digests
         model, tok = _load_hf_dir(path, attn, dtype, device_map)
     return model, tok, path

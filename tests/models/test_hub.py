@@ -77,6 +77,7 @@ def test_revision_pins_the_commit(offline, revision):
     torch.testing.assert_close(_logits(base.model), _logits(ref), rtol=0, atol=0)
     facts = base.provenance()
     assert facts["commit"] == TAGGED and facts["revision"] == revision and facts["repo_id"] == "acme/tiny-llama"
+    assert base.pinned_spec() == f"acme/tiny-llama@{TAGGED}"
     assert base.fingerprint()["hash"] != load_base("acme/tiny-llama").fingerprint()["hash"]  # other weights
 
 

@@ -237,3 +237,22 @@ def test_real_gguf_conversion_is_verified(cache):
     from anchorlens.models.loading import load_base
 
     assert load_base("smollm2-135m").provenance()["path"] == str(target)
+
+
+def test_embedded_load_failure_on_same_size_damage_rebuilds(cache, source, capsys, monkeypatch):
+    import functools
+
+    from anchorlens.models import loading
+
+    convert = FakeConverter()
+    target = ensure_converted(convert=convert, source=source)
+    config = target / "config.json"
+    config.write_text(config.read_text().replace('"intermediate_size": 128', '"intermediate_size": 129'))
+    assert cache_problem(target, source) is None  # valid JSON, same size: only the digest differs
+    monkeypatch.setattr(loading, "ensure_converted", functools.partial(ensure_converted, convert=convert, source=source))
+    base = loading.load_base("smollm2-135m")
+    assert convert.calls == 2 and base.provenance()["path"] == str(target)
+    assert "(config.json differs from its recorded sha256); rebuilding" in capsys.readouterr().err
+    ref, _ = build_tiny("tiny-llama")
+    with torch.no_grad():
+        torch.testing.assert_close(base.model(input_ids=IDS).logits, ref(input_ids=IDS).logits, rtol=0, atol=0)
