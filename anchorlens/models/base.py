@@ -20,6 +20,12 @@ from anchorlens.roles.tokenize import encode
 WEIGHT_SLICE = 4096
 
 
+def fingerprint_hash(facts: dict[str, Any]) -> str:
+    """Short hash of fingerprint facts (every key but ``hash``); over an old fingerprint's keys it gives its old hash."""
+    body = {k: v for k, v in facts.items() if k != "hash"}
+    return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
 @dataclass
 class Base:
     """A frozen pretrained (or tiny random) model with its tokenizer and adapter."""
@@ -106,8 +112,7 @@ class Base:
                 "vocab_size": int(self.config.vocab_size),
                 "weights": self.weights_digest(),
             }
-            digest = hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
-            self._fingerprint = {**facts, "hash": digest}
+            self._fingerprint = {**facts, "hash": fingerprint_hash(facts)}
         return dict(self._fingerprint)
 
     def pinned_spec(self) -> str:

@@ -7,6 +7,8 @@ are ever fetched; pickles and code never are.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,6 +20,7 @@ ALLOW_PATTERNS = ["*.safetensors", "*.json", "*.model", "*.txt", "*.tiktoken", "
 IGNORE_PATTERNS = ["*/*", "*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl", "*.py", "*.h5", "*.msgpack", "*.onnx", "*.gguf"]
 _SHORT_HASH = re.compile(r"[0-9a-f]{7,39}")
 _REQUIRED = {"model": "config.json", "adapter": "adapter_config.json"}
+_WHAT = {"model": "a model", "adapter": "a PEFT adapter"}
 
 
 @dataclass(frozen=True)
@@ -87,24 +90,22 @@ def _display(hub: HubId) -> str:
     return hub.repo_id + (f"@{hub.revision}" if hub.revision else "")
 
 
-def _download(hub: HubId, revision: str | None, cache: Path, offline: bool) -> Path:
-    """snapshot_download with anchorlens's file filter; hub errors become one-line UsageErrors."""
-    from huggingface_hub import snapshot_download
+@contextmanager
+def _hub_errors(hub: HubId, cache: Path, offline: bool, kind: str = "model") -> Iterator[None]:
+    """huggingface_hub's errors (not cached offline, not found, gated, unwritable cache) as one-line UsageErrors."""
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
         IncompleteSnapshotError,
         LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
 
     name = _display(hub)
     try:
-        folder = snapshot_download(
-            hub.repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
-            allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS,
-        )
+        yield
     except IncompleteSnapshotError as err:
         missing = str(err).split(" is incomplete: ", 1)[-1].split(".", 1)[0]
         how = "and HF_HUB_OFFLINE=1" if offline else "and the Hub could not be reached"
@@ -138,20 +139,44 @@ def _download(hub: HubId, revision: str | None, cache: Path, offline: bool) -> P
             f"revision {hub.revision!r} of {hub.repo_id} does not exist on the HuggingFace Hub; "
             "use a branch, tag or commit hash the repository has"
         ) from None
+    except RemoteEntryNotFoundError:
+        raise UsageError(f"{name} is not {_WHAT[kind]} repository (it has no {_REQUIRED[kind]}); check the id") from None
     except HfHubHTTPError as err:
         raise UsageError(f"could not download {name} from the HuggingFace Hub ({str(err).splitlines()[0]}); try again later") from None
     except OSError as err:  # writing the cache: read-only, full disk, a file in the way
         with os_errors(cache, "cannot write the HuggingFace cache", hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory"):
             raise err from None
-    return Path(folder)
+
+
+def _locate(spec: str) -> tuple[HubId, str | None, Path, bool]:
+    """(hub id, revision to ask for, cache dir, offline) for ``spec``; UsageError when it is not a hub id."""
+    hub = parse_hub_id(spec)
+    if hub is None:
+        raise UsageError(f"{spec!r} is not a hub id; write ORG/NAME or ORG/NAME@REVISION (a branch, tag or commit)")
+    cache = hub_cache_dir()
+    offline = _offline()
+    revision = (_expand_short_hash(hub, cache) if offline else None) or hub.revision
+    return hub, revision, cache, offline
+
+
+def hub_config_dir(spec: str) -> Path:
+    """The snapshot directory of ``ORG/NAME[@REV]`` holding at least its config.json (fetched alone when online).
+
+    Lets a caller refuse a base (remote code, memory) before its weights are downloaded.
+    """
+    from huggingface_hub import hf_hub_download
+
+    hub, revision, cache, offline = _locate(spec)
+    with _hub_errors(hub, cache, offline):
+        path = hf_hub_download(hub.repo_id, "config.json", revision=revision, cache_dir=cache, local_files_only=offline)
+    return Path(path).parent
 
 
 def _check_files(folder: Path, name: str, kind: str) -> None:
     """UsageError when the snapshot lacks its config or holds no safetensors weights."""
     required = _REQUIRED[kind]
     if not (folder / required).is_file():
-        what = "a model" if kind == "model" else "a PEFT adapter"
-        raise UsageError(f"{name} is not {what} repository (its snapshot has no {required}); check the id")
+        raise UsageError(f"{name} is not {_WHAT[kind]} repository (its snapshot has no {required}); check the id")
     if not any(folder.glob("*.safetensors")):
         pickled = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
         found = f" (it holds {', '.join(pickled)})" if pickled else ""
@@ -167,19 +192,16 @@ def resolve_hub_dir(spec: str, kind: Literal["model", "adapter"] = "model") -> t
     Provenance keys: kind ("hub"), spec, repo_id, revision (asked; "main" when none), commit (the
     snapshot's 40-hex hash), path (the snapshot directory).
     """
-    from huggingface_hub import constants
+    from huggingface_hub import constants, snapshot_download
 
     if kind not in _REQUIRED:
         raise UsageError(f"unknown hub kind {kind!r}; choose model or adapter")
-    hub = parse_hub_id(spec)
-    if hub is None:
-        raise UsageError(f"{spec!r} is not a hub id; write ORG/NAME or ORG/NAME@REVISION (a branch, tag or commit)")
-    cache = hub_cache_dir()
-    offline = _offline()
-    revision = hub.revision
-    if offline:
-        revision = _expand_short_hash(hub, cache) or revision
-    folder = _download(hub, revision, cache, offline)
+    hub, revision, cache, offline = _locate(spec)
+    with _hub_errors(hub, cache, offline, kind):
+        folder = Path(snapshot_download(
+            hub.repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
+            allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS,
+        ))
     _check_files(folder, _display(hub), kind)
     provenance = {
         "kind": "hub",

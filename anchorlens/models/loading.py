@@ -12,7 +12,7 @@ from anchorlens.errors import AnchorlensError, DataError, UnknownNameError, Usag
 from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
 from anchorlens.models.embedded import EMBEDDED_SPEC, cache_problem, ensure_converted
-from anchorlens.models.hub import cached_snapshot_facts, is_hub_id, resolve_hub_dir
+from anchorlens.models.hub import cached_snapshot_facts, hub_config_dir, is_hub_id, resolve_hub_dir
 from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
 
@@ -79,28 +79,41 @@ def auto_class(config):
     return AutoModelForCausalLM
 
 
+def preflight(
+    path: Path, label: str, dtype: torch.dtype, device: str | None = None, available: Availability | None = None
+):
+    """Refuse a model directory before loading (no config, remote code, unsupported family, too large); its config.
+
+    ``path`` needs only its config.json. ``available(device)`` gives the free bytes of the target
+    (None: skip the memory check); the estimate comes from the config on empty weights.
+    """
+    from transformers import AutoConfig
+
+    if not (path / "config.json").is_file():
+        raise UsageError(f"{label} is not a HuggingFace model directory (no config.json)")
+    refuse_remote_code(_read_config(path, label), label)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    supported_adapter(config.model_type, label)  # fail early on unsupported architectures
+    if available is not None:
+        check_fits(label, config, dtype, device, auto_class(config), available)
+    return config
+
+
 def _load_hf_dir(
     path: Path, attn: str, dtype: torch.dtype, device_map: str | None = None, *, label: str | None = None,
     device: str | None = None, available: Availability | None = None,
 ) -> tuple[torch.nn.Module, object]:
     """Load a local HF model directory from safetensors only (never pickle, never remote code).
 
-    ``available(device)`` gives the free bytes of the target (default: the real device); the load is
-    refused with one line when the base's estimated size exceeds them.
+    ``available``: see :func:`preflight` (None: no memory check).
     """
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
 
     label = label or str(path)
-    if not (path / "config.json").is_file():
-        raise UsageError(f"{label} is not a HuggingFace model directory (no config.json)")
-    if not any(path.glob("*.safetensors")):
+    if (path / "config.json").is_file() and not any(path.glob("*.safetensors")):
         raise UsageError(f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first")
-    refuse_remote_code(_read_config(path, label), label)
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
-    supported_adapter(config.model_type, label)  # fail early on unsupported architectures
+    config = preflight(path, label, dtype, "auto" if device_map == "auto" else device, available)
     auto = auto_class(config)
-    if available is not None:
-        check_fits(label, config, dtype, "auto" if device_map == "auto" else device, auto, available)
     kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=attn, dtype=dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
@@ -144,6 +157,7 @@ def load_base(
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
     origin: dict[str, Any]
+    check: Availability | None = available_memory
     model: Any
     tok: Any
     if spec in TINY_BASES:
@@ -159,12 +173,14 @@ def load_base(
             origin = {"kind": "local", "path": str(path.resolve()), **cached_snapshot_facts(path)}
             label = str(path)
         elif is_hub_id(spec):
+            target = "auto" if device_map == "auto" else device
+            preflight(hub_config_dir(spec), spec, torch_dtype, target, check)  # before any weights download
             path, origin = resolve_hub_dir(spec, kind="model")
-            label = spec
+            label, check = spec, None
         else:
             known = ", ".join((EMBEDDED_SPEC, *TINY_BASES))
             raise UnknownNameError(f"unknown base {spec!r}: not a directory, not a hub id ORG/NAME, and not one of {known}")
-        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map, label=label, device=device, available=available_memory)
+        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map, label=label, device=device, available=check)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise UsageError(f"the tokenizer of {spec!r} has neither a pad nor an eos token; add a pad token")

@@ -92,12 +92,17 @@ def test_missing_id_offline_is_one_line(offline):
         load_base("acme/tiny-llama@v9")
 
 
-def test_bin_only_snapshot_is_refused(offline, tmp_path):
-    snap = offline / "models--acme--pickled" / "snapshots" / ("b" * 40)
+def _config_only_snapshot(cache: Path, name: str, commit: str) -> Path:
+    snap = cache / f"models--acme--{name}" / "snapshots" / commit
     snap.mkdir(parents=True)
-    (offline / "models--acme--pickled" / "refs").mkdir()
-    (offline / "models--acme--pickled" / "refs" / "main").write_text("b" * 40)
-    (snap / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (cache / f"models--acme--{name}" / "refs").mkdir()
+    (cache / f"models--acme--{name}" / "refs" / "main").write_text(commit)
+    (snap / "config.json").write_text(build_tiny("tiny-llama")[0].config.to_json_string())
+    return snap
+
+
+def test_bin_only_snapshot_is_refused(offline, tmp_path):
+    snap = _config_only_snapshot(offline, "pickled", "b" * 40)
     (snap / "pytorch_model.bin").write_bytes(b"never unpickled")
     with pytest.raises(UsageError, match=r"acme/pickled has no \.safetensors weights \(it holds pytorch_model\.bin\)"):
         load_base("acme/pickled")
@@ -186,3 +191,16 @@ def test_offline_environment_is_honoured_in_a_fresh_process(hub_cache, tmp_path)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["commit"] == TAGGED
+
+
+def test_too_large_hub_base_is_refused_from_its_config_alone(offline):
+    _config_only_snapshot(offline, "config-only", "e" * 40)  # weights not (yet) downloaded
+    asked = []
+
+    def no_room(device):
+        asked.append(device)
+        return 1000
+
+    with pytest.raises(UsageError, match=r"^acme/config-only needs about .* MiB in float32, cuda:1 has 0.0 MiB available; use"):
+        load_base("acme/config-only", device="cuda:1", available_memory=no_room)
+    assert asked == ["cuda:1"]

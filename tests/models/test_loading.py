@@ -180,3 +180,15 @@ def test_sizes_read_as_people_write_them():
     from anchorlens.models.memory import GIB, human_size
 
     assert human_size(28 * GIB) == "28.0 GiB" and human_size(GIB // 10) == "0.1 GiB" and human_size(3 * 2**20) == "3.0 MiB"
+
+
+def test_fingerprint_hash_over_an_old_fingerprint_keys_reproduces_its_hash(tiny_base):
+    import hashlib
+    import json
+
+    from anchorlens.models.base import fingerprint_hash
+
+    fp = tiny_base("tiny-llama").fingerprint()
+    old_facts = {k: fp[k] for k in ("model_type", "num_layers", "hidden_size", "num_heads", "vocab_size")}
+    old_hash = hashlib.sha1(json.dumps(old_facts, sort_keys=True).encode()).hexdigest()[:12]  # before weights
+    assert fingerprint_hash(old_facts) == old_hash and fingerprint_hash(fp) == fp["hash"] != old_hash
