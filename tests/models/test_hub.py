@@ -97,7 +97,8 @@ def _config_only_snapshot(cache: Path, name: str, commit: str) -> Path:
     snap.mkdir(parents=True)
     (cache / f"models--acme--{name}" / "refs").mkdir()
     (cache / f"models--acme--{name}" / "refs" / "main").write_text(commit)
-    (snap / "config.json").write_text(build_tiny("tiny-llama")[0].config.to_json_string())
+    model: Any = build_tiny("tiny-llama")[0]
+    (snap / "config.json").write_text(model.config.to_json_string())
     return snap
 
 
