@@ -57,9 +57,13 @@ def available_bytes(device: str | None) -> int | None:
 def estimate_bytes(config, dtype: torch.dtype, auto_cls) -> int:
     """Bytes of parameters and buffers of ``auto_cls.from_config(config)`` in ``dtype``, built on empty weights."""
     from accelerate import init_empty_weights
+    from transformers import AutoModel
 
     with init_empty_weights(include_buffers=True):
-        model = auto_cls.from_config(config, trust_remote_code=False)
+        try:
+            model = auto_cls.from_config(config, trust_remote_code=False)
+        except ValueError:  # no head class for this config: the bare model, as loading falls back to
+            model = AutoModel.from_config(config, trust_remote_code=False)
     size = torch.empty((), dtype=dtype).element_size()
     seen: set[int] = set()
     total = 0
