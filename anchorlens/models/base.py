@@ -3,18 +3,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
 
 import torch
 
-from anchorlens.models.adapters.site import Site
 from anchorlens.models.adapters import ArchAdapter
+from anchorlens.models.adapters.site import Site
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import StaticLayout
 from anchorlens.roles.templates import Rendered
 from anchorlens.roles.tokenize import encode
+
+WEIGHT_SLICE = 4096
+
+
+def fingerprint_hash(facts: dict[str, Any]) -> str:
+    """Short hash of fingerprint facts (every key but ``hash``); over an old fingerprint's keys it gives its old hash."""
+    body = {k: v for k, v in facts.items() if k != "hash"}
+    return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
 
 
 @dataclass
@@ -25,6 +34,8 @@ class Base:
     model: torch.nn.Module
     tokenizer: object
     adapter: ArchAdapter
+    origin: dict[str, Any] | None = None  # provenance facts set by load_base (kind, repo_id, commit, path)
+    _fingerprint: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def config(self):
@@ -71,17 +82,52 @@ class Base:
         """All parameters of the base model."""
         return sum(p.numel() for p in self.model.parameters())
 
-    def fingerprint(self) -> dict:
-        """Shape facts a guidance checkpoint depends on, plus their short hash."""
-        facts = {
-            "model_type": self.config.model_type,
-            "num_layers": self.num_layers,
-            "hidden_size": self.hidden_size,
-            "num_heads": self.num_heads,
-            "vocab_size": int(self.config.vocab_size),
-        }
-        digest = hashlib.sha1(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:12]
-        return {**facts, "hash": digest}
+    def weights_digest(self) -> str:
+        """sha256 (16 hex) of fixed weight slices: the input embedding and the first and last block's first parameter.
+
+        The first ``WEIGHT_SLICE`` values of each, rounded to bfloat16 and hashed as float32 bytes, so
+        the same weights loaded in float32 or bfloat16 give the same digest (float16 may not).
+        """
+        blocks = self.adapter.blocks(self.model, self.adapter.stacks()[0])
+        embedding = self.adapter.embeddings(self.model).weight
+        tensors: list[torch.Tensor] = [cast(torch.Tensor, embedding)]
+        tensors += [next(block.parameters()) for block in (blocks[0], blocks[-1])]
+        h = hashlib.sha256()
+        for tensor in tensors:
+            flat = tensor.detach().flatten()[:WEIGHT_SLICE]
+            if flat.device.type == "meta":  # offloaded by accelerate: only its shape is known here
+                h.update(str(tuple(tensor.shape)).encode())
+                continue
+            h.update(flat.to("cpu", torch.float32).to(torch.bfloat16).to(torch.float32).numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Shape facts a guidance checkpoint depends on, a weights digest, and their short hash (cached)."""
+        if self._fingerprint is None:
+            facts = {
+                "model_type": self.config.model_type,
+                "num_layers": self.num_layers,
+                "hidden_size": self.hidden_size,
+                "num_heads": self.num_heads,
+                "vocab_size": int(self.config.vocab_size),
+                "weights": self.weights_digest(),
+            }
+            self._fingerprint = {**facts, "hash": fingerprint_hash(facts)}
+        return dict(self._fingerprint)
+
+    def pinned_spec(self) -> str:
+        """A spec that reloads exactly these weights: ``ORG/NAME@COMMIT`` for a hub base, else the spec."""
+        facts = self.provenance()
+        if facts["kind"] == "hub" and facts["repo_id"] and facts["commit"]:
+            return f"{facts['repo_id']}@{facts['commit']}"
+        return self.spec
+
+    def provenance(self) -> dict[str, Any]:
+        """Where the base came from: kind (embedded|tiny|local|hub), spec, repo_id, revision, commit, path."""
+        facts: dict[str, Any] = {"kind": "local", "spec": self.spec, "repo_id": None, "revision": None,
+                                 "commit": None, "path": None}
+        facts.update(self.origin or {})
+        return facts
 
     def sites(self) -> list[tuple[Site, torch.nn.Module]]:
         """Every attention (site, module) pair."""

@@ -1,15 +1,19 @@
-"""``load_base(spec)``: the embedded model, a local HF directory, or a tiny random test base."""
+"""``load_base(spec)``: the embedded model, a local HF directory, a hub id, or a tiny random test base."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers.utils import logging as hf_logging
 
-from anchorlens.errors import UsageError
-from anchorlens.models.adapters import adapter_for
+from anchorlens.errors import AnchorlensError, DataError, UnknownNameError, UsageError
+from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
-from anchorlens.models.embedded import EMBEDDED_SPEC, ensure_converted
+from anchorlens.models.embedded import EMBEDDED_SPEC, cache_problem, ensure_converted
+from anchorlens.models.hub import cached_snapshot_facts, hub_config_dir, is_hub_id, resolve_hub_dir
+from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
 
 DEFAULT_BASE = EMBEDDED_SPEC
@@ -24,27 +28,92 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype:
     if isinstance(name, torch.dtype):
         return name
     if name not in _DTYPES:
-        raise UsageError(f"unknown dtype {name!r}; choose one of: {', '.join(_DTYPES)}")
+        raise UnknownNameError(f"unknown dtype {name!r}; choose one of: {', '.join(_DTYPES)}")
     return _DTYPES[name]
 
 
-def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype, device_map: str | None = None) -> tuple[torch.nn.Module, object]:
-    """Load a local HF model directory from safetensors only (never pickle, never remote code)."""
-    from transformers import (AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM,
-                              AutoModelForSeq2SeqLM, AutoTokenizer)
+def supported_adapter(model_type: str, label: str = "the base") -> ArchAdapter:
+    """The architecture adapter for ``model_type``; UnknownNameError (one line) when anchorlens has none."""
+    try:
+        return adapter_for(model_type)
+    except AnchorlensError:
+        raise
+    except (ValueError, KeyError) as err:
+        raise UnknownNameError(f"{label}: {err}") from None
+
+
+def _read_config(path: Path, label: str) -> dict[str, Any]:
+    """config.json as a dict; DataError when it is not valid JSON."""
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except ValueError as err:
+        raise DataError(f"config.json of {label} is not valid JSON ({err}); restore or re-download it") from None
+    if not isinstance(config, dict):
+        raise DataError(f"config.json of {label} is not a JSON object; restore or re-download it")
+    return config
+
+
+def refuse_remote_code(config: dict[str, Any], label: str) -> None:
+    """UsageError when the config needs modeling code transformers does not ship (auto_map, unknown model_type)."""
+    import transformers
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    model_type = config.get("model_type")
+    if model_type in CONFIG_MAPPING:
+        return  # transformers' own implementation is used even when the repo also ships code (auto_map)
+    custom = " (its config.json points to custom code through auto_map)" if "auto_map" in config else ""
+    raise UsageError(
+        f"anchorlens never runs remote code; {label} has model_type {model_type!r}{custom}, which transformers "
+        f"{transformers.__version__} does not implement; use a base whose architecture transformers ships"
+    )
+
+
+def auto_class(config):
+    """The transformers Auto class that loads ``config``'s model with its LM head."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
+
+    if getattr(config, "is_encoder_decoder", False):
+        return AutoModelForSeq2SeqLM
+    if config.model_type == "bert":
+        return AutoModelForMaskedLM
+    return AutoModelForCausalLM
+
+
+def preflight(
+    path: Path, label: str, dtype: torch.dtype, device: str | None = None, available: Availability | None = None
+):
+    """Refuse a model directory before loading (no config, remote code, unsupported family, too large); its config.
+
+    ``path`` needs only its config.json. ``available(device)`` gives the free bytes of the target
+    (None: skip the memory check); the estimate comes from the config on empty weights.
+    """
+    from transformers import AutoConfig
 
     if not (path / "config.json").is_file():
-        raise UsageError(f"{path} is not a HuggingFace model directory (no config.json)")
-    if not any(path.glob("*.safetensors")):
-        raise UsageError(f"{path} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first")
+        raise UsageError(f"{label} is not a HuggingFace model directory (no config.json)")
+    refuse_remote_code(_read_config(path, label), label)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
-    adapter_for(config.model_type)  # fail early on unsupported architectures
-    if getattr(config, "is_encoder_decoder", False):
-        auto = AutoModelForSeq2SeqLM
-    elif config.model_type == "bert":
-        auto = AutoModelForMaskedLM
-    else:
-        auto = AutoModelForCausalLM
+    supported_adapter(config.model_type, label)  # fail early on unsupported architectures
+    if available is not None:
+        check_fits(label, config, dtype, device, auto_class(config), available)
+    return config
+
+
+def _load_hf_dir(
+    path: Path, attn: str, dtype: torch.dtype, device_map: str | None = None, *, label: str | None = None,
+    device: str | None = None, available: Availability | None = None,
+) -> tuple[torch.nn.Module, object]:
+    """Load a local HF model directory from safetensors only (never pickle, never remote code).
+
+    ``available``: see :func:`preflight` (None: no memory check).
+    """
+    from transformers import AutoModel, AutoTokenizer
+
+    label = label or str(path)
+    if (path / "config.json").is_file() and not any(path.glob("*.safetensors")):
+        raise UsageError(f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first")
+    config = preflight(path, label, dtype, "auto" if device_map == "auto" else device, available)
+    auto = auto_class(config)
     kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=attn, dtype=dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
@@ -56,27 +125,62 @@ def _load_hf_dir(path: Path, attn: str, dtype: torch.dtype, device_map: str | No
     return model, tok
 
 
-def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = None, device: str | None = None) -> Base:
-    """Load a base by spec: ``smollm2-135m`` (default), ``tiny-llama``/``-qwen2``/``-gpt2``/``-bert``/``-t5``, or a local HF dir.
+def _load_embedded(attn: str, dtype: torch.dtype, device_map: str | None) -> tuple[torch.nn.Module, object, Path]:
+    """The embedded model from its verified cache; a cache that still fails to load is checked by digest and rebuilt."""
+    path = ensure_converted()
+    try:
+        model, tok = _load_hf_dir(path, attn, dtype, device_map)
+    except AnchorlensError:
+        raise
+    except Exception:
+        if cache_problem(path, None, digests=True) is None:
+            raise  # the cache is what was converted: the failure is not the cache's
+        path = ensure_converted(verify=True)  # same-size damage shows only in the digests
+        model, tok = _load_hf_dir(path, attn, dtype, device_map)
+    return model, tok, path
 
+
+def load_base(
+    spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = None, device: str | None = None,
+    available_memory: Availability = available_bytes,
+) -> Base:
+    """Load a base: ``smollm2-135m`` (default), ``tiny-*``, a local HF dir, or a hub id ``ORG/NAME[@REVISION]``.
+
+    An existing local directory wins over a hub id of the same spelling. Hub ids resolve through
+    huggingface_hub and the HF cache (``HF_HUB_CACHE``, ``HF_HUB_OFFLINE=1`` honoured).
     ``device``: None (CPU), a torch device (``cuda:0``), or ``auto`` to let accelerate place a large
-    HF base across every GPU of the node (``device_map="auto"``).
+    HF base across every GPU of the node (``device_map="auto"``). ``available_memory(device)``: free
+    bytes of the target (None: unknown); a base estimated larger is refused before loading.
     """
     device_map = "auto" if device == "auto" else None
     attn = "sdpa"  # capture switches a model to its sdpa-based function only when it first captures
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
+    origin: dict[str, Any]
+    check: Availability | None = available_memory
+    model: Any
+    tok: Any
     if spec in TINY_BASES:
         model, tok = build_tiny(spec, attn)
         model = model.to(torch_dtype)
+        origin = {"kind": "tiny"}
     elif spec == EMBEDDED_SPEC:
-        model, tok = _load_hf_dir(ensure_converted(), attn, torch_dtype, device_map)
+        model, tok, path = _load_embedded(attn, torch_dtype, device_map)
+        origin = {"kind": "embedded", "path": str(path)}
     else:
         path = Path(spec).expanduser()
-        if not path.exists():
+        if path.exists():
+            origin = {"kind": "local", "path": str(path.resolve()), **cached_snapshot_facts(path)}
+            label = str(path)
+        elif is_hub_id(spec):
+            target = "auto" if device_map == "auto" else device
+            preflight(hub_config_dir(spec), spec, torch_dtype, target, check)  # before any weights download
+            path, origin = resolve_hub_dir(spec, kind="model")
+            label, check = spec, None
+        else:
             known = ", ".join((EMBEDDED_SPEC, *TINY_BASES))
-            raise UsageError(f"unknown base {spec!r}: not a directory and not one of {known}")
-        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map)
+            raise UnknownNameError(f"unknown base {spec!r}: not a directory, not a hub id ORG/NAME, and not one of {known}")
+        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map, label=label, device=device, available=check)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise UsageError(f"the tokenizer of {spec!r} has neither a pad nor an eos token; add a pad token")
@@ -86,4 +190,5 @@ def load_base(spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = Non
         p.requires_grad_(False)
     if device and device_map is None:
         model.to(device)
-    return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter_for(model.config.model_type))
+    adapter = supported_adapter(model.config.model_type, spec)
+    return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter, origin={"spec": spec, **origin})
