@@ -9,6 +9,7 @@ import numpy as np
 import torch
 from matplotlib import colormaps
 from matplotlib import colors as mcolors
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
@@ -115,7 +116,7 @@ def _example_desc(ids: Any) -> str:
     return f"example {ids}"
 
 
-MASK_STYLE = {"facecolor": "#e4e4e4", "hatch": "////", "edgecolor": "#b0b0b0", "lw": 0.0}
+MASK_FACE, MASK_EDGE, MASK_HATCH = "#e4e4e4", "#b0b0b0", "////"  # masked cells: hatched grey
 BRACKET_MIN = 3  # runs of at least this many identical guidance tokens get one bracket label
 
 
@@ -272,7 +273,8 @@ def attention_map_figure(
         shown = _mask_causal(qk)
         ax.grid(False)
         if np.ma.is_masked(shown):  # transparent masked cells show this hatched layer
-            ax.add_patch(Rectangle((-0.5, -0.5), qk.shape[1], qk.shape[0], zorder=0, gid="masked", **MASK_STYLE))
+            ax.add_patch(Rectangle((-0.5, -0.5), qk.shape[1], qk.shape[0], zorder=0, gid="masked", facecolor=MASK_FACE,
+                                   edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
         image = ax.imshow(shown, cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
         _outline(ax, k_roles, q_roles)
         steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels))
@@ -282,13 +284,14 @@ def attention_map_figure(
         ax.set_ylabel("query position (attending)", labelpad=8)
         own = [parts[k] for k in ("stack", "layer", "head", "example") if k not in shared and parts[k]]
         ax.set_title(name + ("\n" + ", ".join(own) if own else ""), fontsize=10)
+    assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
     cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)")
                    + " — one scale for all panels")
-    end_ticks(cbar, float(norm.vmin), float(norm.vmax))
+    end_ticks(cbar, float(norm.vmin or 0.0), float(norm.vmax or top))
 
     present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}
-    handles = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
+    handles: list[Artist] = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
                for r in GUIDANCE_NAMES if r in present]
     if "structural" in present:
         handles.append(Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)),
@@ -296,7 +299,7 @@ def attention_map_figure(
     handles += [Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
                 for r in ("special", "content") if r in present]
     if any(np.ma.is_masked(_mask_causal(p[2])) for p in panels):
-        handles.append(Patch(label="masked (causal)", **MASK_STYLE))
+        handles.append(Patch(label="masked (causal)", facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
                    fontsize=8, frameon=False)

@@ -94,7 +94,7 @@ def position_sweep(
         if not line.empty:
             _errorbars(ax, [xpos[p] + off for p in line[position_col]], line, colors[name],
                        marker=markers[name], ms=5, lw=1.6, ls="-")
-        if ax2 is not None:
+        if ax2 is not None and acc is not None:
             a = acc[acc[by].astype(str) == name].sort_values(position_col, key=lambda c: c.map(position_key))
             if not a.empty:
                 _errorbars(ax2, [xpos[p] + off for p in a[position_col]], a, colors[name],

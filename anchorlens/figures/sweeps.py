@@ -35,7 +35,7 @@ def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None
     names = [str(name) for name, _ in groups]
     colors, markers = series_colors(names), series_markers(names)
     numeric = pd.api.types.is_numeric_dtype(df[x])
-    xs = pd.to_numeric(df[x], errors="coerce") if numeric else None
+    xs = pd.to_numeric(df[x], errors="coerce") if numeric else pd.Series(dtype=float)
     if log_x is None:
         log_x = bool(numeric and (xs > 0).all() and xs.max() / xs.min() >= LOG_RATIO)
     fig = new_figure(6.2, 3.8)
@@ -76,9 +76,7 @@ def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None
     return fig
 
 
-def _spacing(xs: pd.Series | None) -> float:
+def _spacing(xs: pd.Series) -> float:
     """Smallest gap between distinct x values (1.0 when there is none)."""
-    if xs is None:
-        return 1.0
     u = np.unique(xs.dropna().to_numpy(dtype=float))
     return float(np.diff(u).min()) if len(u) > 1 else 1.0

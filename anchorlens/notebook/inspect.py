@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -90,7 +90,7 @@ def as_model(model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "s
 class Inspection:
     """Maps and metrics of one input; in Jupyter an interactive map plus a static PNG of the same map."""
 
-    model: object
+    model: Any
     example: dict
     template: Template
     maps: AttentionMaps
@@ -98,7 +98,8 @@ class Inspection:
     checkpoint: str = "model"
     _png: bytes | None = field(default=None, repr=False)
 
-    def plot(self, layer: int | str | None = "mean", head: int | str | None = "mean", stack: str | None = None,
+    def plot(self, layer: int | Literal["mean"] | None = "mean", head: int | Literal["mean"] | None = "mean",
+             stack: str | None = None,
              scale: str = "sqrt") -> Figure:
         """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint."""
         return attention_map_figure({self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale,

@@ -31,7 +31,7 @@ def _image(png_or_svg: bytes, caption: str) -> dict[str, str]:
 
 def _grid_html(grid: pd.DataFrame) -> Markup:
     """The headline table as escaped HTML."""
-    return Markup(grid.to_html(escape=True, border=0, na_rep="—", classes="dataframe"))
+    return Markup(grid.to_html(escape=True, border=0, na_rep="—"))
 
 
 def render_report(title: str, facts: Mapping, grid: pd.DataFrame, figures: Sequence[tuple[str, bytes]],
