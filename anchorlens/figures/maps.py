@@ -287,7 +287,7 @@ def attention_map_figure(
     assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
     cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)")
-                   + " — one scale for all panels")
+                   + (" — one scale for all panels" if n > 1 else ""))
     end_ticks(cbar, float(norm.vmin or 0.0), float(norm.vmax or top))
 
     present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}

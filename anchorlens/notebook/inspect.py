@@ -103,7 +103,7 @@ class Inspection:
              scale: str = "sqrt") -> Figure:
         """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint."""
         return attention_map_figure({self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale,
-                                    title=f"{self.checkpoint}: attention")
+                                    title="Attention map")
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
