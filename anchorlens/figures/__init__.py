@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, ROLE_COLORS, clean_token
 from anchorlens.figures.curves import layer_curves
-from anchorlens.figures.heads import head_diff_grid, head_grid
-from anchorlens.figures.maps import AveragedStackMaps, attention_map_figure, average_maps_aligned
+from anchorlens.figures.heads import head_diff_grid, head_grid, head_grids, head_range
+from anchorlens.figures.maps import AveragedStackMaps, anchor_tokens, attention_map_figure, average_maps_aligned
 from anchorlens.figures.positions import position_sweep
 from anchorlens.figures.roleflow import role_flow_heatmaps
 from anchorlens.figures.save import figure_to_png_bytes, save_figure
@@ -19,12 +19,15 @@ __all__ = [
     "DIFF_CMAP",
     "MAP_CMAP",
     "ROLE_COLORS",
+    "anchor_tokens",
     "attention_map_figure",
     "average_maps_aligned",
     "clean_token",
     "figure_to_png_bytes",
     "head_diff_grid",
     "head_grid",
+    "head_grids",
+    "head_range",
     "layer_curves",
     "position_sweep",
     "role_flow_heatmaps",

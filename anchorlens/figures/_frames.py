@@ -3,24 +3,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import pandas as pd
 
-# Two-sided 95% Student-t quantiles by degrees of freedom (no scipy dependency).
-_T975 = {
-    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
-    10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110,
-    18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980,
-}
-
-
-def t975(dof: int) -> float:
-    """Approximate two-sided 95% t quantile (table, conservative between entries)."""
-    if dof <= 0:
-        return float("nan")
-    if dof > 120:
-        return 1.96
-    return _T975[max(k for k in _T975 if k <= dof)]
+from anchorlens.analyses import stats
 
 
 def is_summary(df: pd.DataFrame) -> bool:
@@ -69,22 +54,20 @@ def require_single(df: pd.DataFrame, columns: Sequence[str], context: str) -> No
 
 
 def summarize(df: pd.DataFrame, by: Sequence[str], per_example: Sequence[str] = ("example",)) -> pd.DataFrame:
-    """Mean and 95% t-interval over examples of raw ``value`` rows, grouped by ``by``.
+    """Mean and 95% percentile-bootstrap interval over examples of raw ``value`` rows, grouped by ``by``.
 
     Rows of one example inside a group (e.g. several layers) are averaged first, so every example
-    counts once. Summary frames (``mean`` column) pass through unchanged.
+    counts once; the interval is the project's bootstrap (``anchorlens.analyses.stats.summarize``).
+    Summary frames (``mean`` column) pass through unchanged. Group order is kept.
     """
     if is_summary(df):
         return df
     by = list(by)
     ex = [c for c in per_example if c in df.columns and c not in by]
     per = df.groupby(by + ex, dropna=False, sort=False)["value"].mean().reset_index()
-    g = per.groupby(by, dropna=False, sort=False)["value"]
-    out = g.agg(["mean", "std", "count"]).reset_index().rename(columns={"count": "n"})
-    half = np.array([t975(int(n) - 1) for n in out["n"]]) * out["std"].fillna(0.0).to_numpy() / np.sqrt(out["n"])
-    out["ci_lo"] = out["mean"] - half
-    out["ci_hi"] = out["mean"] + half
-    return out.drop(columns="std")
+    out = stats.summarize(per, by)
+    order = per[by].drop_duplicates()
+    return order.merge(out, on=by, how="left").reset_index(drop=True)
 
 
 def value_column(df: pd.DataFrame) -> str:

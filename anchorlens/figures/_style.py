@@ -4,6 +4,8 @@ Figures are made with ``matplotlib.figure.Figure`` plus an Agg canvas, never thr
 importing this package never switches the backend (a Jupyter inline backend stays as it is),
 nothing is registered with pyplot (no duplicate display, no leaked figures) and ``plt.show`` is
 never needed. In Jupyter the returned figure displays as the cell's value.
+
+One seaborn theme for every figure is set here, once, when the package is imported.
 """
 from __future__ import annotations
 
@@ -19,8 +21,18 @@ from matplotlib.figure import Figure
 
 from anchorlens.roles.kinds import GUIDANCE_ROLES, ROLE_NAMES, Role
 
+THEME: dict = {"context": "paper", "style": "ticks", "font_scale": 1.1,
+                "rc": {"axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "savefig.dpi": 150,
+                       "figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False}}
+sns.set_theme(**THEME)
+
 # One colour per role, everywhere (seaborn "colorblind" palette).
 _CB = sns.color_palette("colorblind").as_hex()
+# Series (checkpoint) colours: the colorblind palette reordered so neighbours differ in hue and
+# lightness (orange and vermillion, alike for many readers, are never the first five together).
+_SERIES_ORDER = (0, 1, 2, 4, 5, 9, 7, 3, 6, 8)
+SERIES_MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+MAX_COLUMNS = 3  # multi-panel figures wrap into rows of at most this many panels
 ROLE_COLORS: dict[str, str] = {
     Role.SPECIAL.label: _CB[7],  # grey
     Role.STRUCTURAL.label: _CB[1],  # orange
@@ -72,8 +84,51 @@ def ordered_roles(names: Iterable[str]) -> list[str]:
 
 def series_colors(names: Sequence[str]) -> dict[str, tuple[float, float, float]]:
     """Colorblind-safe colour per series (checkpoint), in the given order."""
-    pal = sns.color_palette("colorblind", max(len(names), 1))
-    return {n: pal[i % len(pal)] for i, n in enumerate(names)}
+    pal = sns.color_palette("colorblind", 10)
+    return {n: pal[_SERIES_ORDER[i % len(_SERIES_ORDER)]] for i, n in enumerate(names)}
+
+
+def series_markers(names: Sequence[str]) -> dict[str, str]:
+    """One marker per series, so lines stay distinguishable without colour."""
+    return {n: SERIES_MARKERS[i % len(SERIES_MARKERS)] for i, n in enumerate(names)}
+
+
+def series_order(values: Iterable[object], order: Sequence[str] | None = None) -> list[str]:
+    """Series names in ``order`` when given, else in order of first appearance (e.g. ``--ckpt`` order)."""
+    seen = list(dict.fromkeys(str(v) for v in values))
+    if order is None:
+        return seen
+    wanted = [str(o) for o in order]
+    return wanted + [v for v in seen if v not in wanted]
+
+
+def dodge(i: int, n: int, width: float = 0.12) -> float:
+    """Offset of series ``i`` of ``n`` so identical lines side by side stay visible (0 for one series)."""
+    return 0.0 if n <= 1 else (i - (n - 1) / 2) * width / (n - 1)
+
+
+def grid_shape(n: int, max_columns: int = MAX_COLUMNS) -> tuple[int, int]:
+    """(rows, columns) of a grid holding ``n`` panels, at most ``max_columns`` wide."""
+    cols = max(1, min(n, max_columns))
+    return math.ceil(max(n, 1) / cols), cols
+
+
+def panel_grid(fig: Figure, n: int, max_columns: int = MAX_COLUMNS, **kw) -> list:
+    """``n`` axes in a wrapped grid (row-major); unused cells removed."""
+    rows, cols = grid_shape(n, max_columns)
+    axes = fig.subplots(rows, cols, squeeze=False, **kw).ravel().tolist()
+    for ax in axes[n:]:
+        ax.remove()
+    return axes[:n]
+
+
+def end_ticks(cbar, lo: float, hi: float, fmt: str = "{:.3g}") -> None:
+    """Colour bar ticks that always include both ends, labelled with their values."""
+    inner = [t for t in cbar.get_ticks() if lo < t < hi]
+    span = hi - lo
+    inner = [t for t in inner if min(t - lo, hi - t) > 0.08 * span] if span > 0 else []
+    ticks = [lo, *inner, hi]
+    cbar.set_ticks(ticks, labels=[fmt.format(t) for t in ticks])
 
 
 _REPLACE = {
@@ -121,9 +176,21 @@ def label_fontsize(n_labels: int, length_in: float, largest: float = 8.0, smalle
     return max(smallest, min(largest, 0.8 * 72.0 * length_in / n_labels))
 
 
+LABELS: dict[str, str] = {
+    "k": "instance tokens (k)",
+    "length": "soft-prompt length (tokens)",
+    "accuracy": "accuracy",
+    "first_token_mass": "attention to position 0",
+    "anchor_structural": "anchor → structural attention",
+    "num_trainable": "trainable parameters",
+    "time_per_step_s": "time per step (s)",
+    "best_eval_accuracy": "best eval accuracy",
+}
+
+
 def pretty(name: str) -> str:
-    """Human text from a snake_case metric name."""
-    return str(name).replace("_", " ")
+    """Human text from a snake_case metric or column name (known names get their label)."""
+    return LABELS.get(str(name), str(name).replace("_", " "))
 
 
 def runs(positions: Sequence[int]) -> list[tuple[int, int]]:

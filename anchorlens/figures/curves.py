@@ -1,14 +1,24 @@
 """Per-layer metric curves with confidence bands, one line per checkpoint."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from anchorlens.figures._frames import filter_eq, pick_head, require_single, summarize
-from anchorlens.figures._style import new_figure, pretty, series_colors, suptitle
+from anchorlens.figures._style import (
+    dodge,
+    new_figure,
+    pretty,
+    series_colors,
+    series_markers,
+    series_order,
+    suptitle,
+)
+
+_ANCHOR_METRICS = ("anchor_mass", "first_token_mass")
 
 
 def layer_curves(
@@ -22,11 +32,14 @@ def layer_curves(
     key_role: str | None = None,
     order: Sequence[str] | None = None,
     title: str | None = None,
+    anchors: Mapping[str, str] | None = None,
 ) -> Figure:
     """Per-layer mean with 95% CI band, one line per ``by`` value; rows per metric, columns per stack.
 
     ``summary_df`` may be a summary (``mean, ci_lo, ci_hi, n``) or raw tidy rows (``value``), which are
-    summarised over examples here. Lines are in ``order`` (default: sorted, so colours are stable).
+    summarised over examples (percentile bootstrap) here. Lines follow ``order`` (default: order of first
+    appearance, i.e. the ``--ckpt`` order). ``anchors`` maps each series to the token at position 0
+    (see :func:`anchor_tokens`): the anchor-mass axis and the legend then say which token it is.
     """
     metrics = [metric] if isinstance(metric, str) else list(metric)
     df = filter_eq(summary_df, "metric", metrics)
@@ -45,8 +58,9 @@ def layer_curves(
     if s.duplicated(facet + [by, "layer"]).any():
         raise ValueError("several summary rows per layer; filter the frame (e.g. by head or role) first")
 
-    series = list(order) if order else sorted(s[by].unique(), key=str)
-    colors = series_colors(series)
+    present = set(map(str, s[by]))
+    series = [n for n in series_order(df[by], order) if n in present]
+    colors, markers = series_colors(series), series_markers(series)
     n_r, n_c = len(metrics), len(stacks)
     fig = new_figure(4.2 * n_c + 1.8, 2.9 * n_r + 0.6)
     axes = fig.subplots(n_r, n_c, squeeze=False, sharex=True)
@@ -56,25 +70,30 @@ def layer_curves(
             part = s[s["metric"] == m] if "metric" in s.columns else s
             if st is not None:
                 part = part[part["stack"] == st]
-            for name in series:
-                line = part[part[by] == name].sort_values("layer")
+            for i, name in enumerate(series):
+                line = part[part[by].astype(str) == name].sort_values("layer")
                 if line.empty:
                     continue
-                ax.plot(line["layer"], line["mean"], marker="o", ms=3, lw=1.6, color=colors[name], label=str(name))
+                x = line["layer"] + dodge(i, len(series))  # side by side, so equal lines both show
+                label = name + (f" (anchor: {anchors[name]})" if anchors and name in anchors else "")
+                ax.plot(x, line["mean"], marker=markers[name], ms=4, lw=1.6, color=colors[name],
+                        label=label)
                 if {"ci_lo", "ci_hi"} <= set(line.columns):
-                    ax.fill_between(line["layer"], line["ci_lo"], line["ci_hi"], color=colors[name],
+                    ax.fill_between(x, line["ci_lo"], line["ci_hi"], color=colors[name],
                                     alpha=0.2, lw=0)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3, lw=0.5)
             if n_r * n_c > 1:
                 ax.set_title(pretty(m) + (f" ({st} stack)" if st is not None and n_c > 1 else ""), fontsize=10)
             if c == 0:
-                ax.set_ylabel(pretty(m))
+                anchor_note = "\n(attention to position 0)" if m in _ANCHOR_METRICS and anchors else ""
+                ax.set_ylabel(pretty(m) + anchor_note)
             if r == n_r - 1:
                 ax.set_xlabel("layer")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside right upper", title=by, fontsize=8, title_fontsize=9, frameon=False)
+    # Right of the panels, vertically centred: never over the title or the data.
+    fig.legend(handles, labels, loc="outside right center", title=by, fontsize=8, title_fontsize=9, frameon=False)
     ns = sorted({int(v) for v in s["n"].dropna()}) if "n" in s.columns else []
-    note = "shaded: 95% CI" + (f" over n = {ns[0]} examples" if len(ns) == 1 else " over examples")
+    note = "shaded: 95% bootstrap CI" + (f" over n = {ns[0]} examples" if len(ns) == 1 else " over examples")
     suptitle(fig, (title or "Per-layer " + ", ".join(pretty(m) for m in metrics)) + f"\n{note}")
     return fig

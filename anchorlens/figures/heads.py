@@ -1,13 +1,27 @@
 """Layer x head grids: mean metric value per head, and paired differences with significance marks."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib import colors as mcolors
+from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 
 from anchorlens.figures._frames import filter_eq, require_single, value_column
-from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, new_figure, pretty, suptitle
+from anchorlens.figures._style import (
+    DIFF_CMAP,
+    MAP_CMAP,
+    end_ticks,
+    grid_shape,
+    new_figure,
+    panel_grid,
+    pretty,
+    series_order,
+    suptitle,
+)
 
 _ANNOTATE_MAX_CELLS = 160
 # (minuend, subtrahend) columns naming what ``diff`` compares: compare_frames gives checkpoint - baseline.
@@ -48,23 +62,30 @@ def head_grid(
     key_role: str | None = None,
     annotate: bool | None = None,
     title: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
 ) -> Figure:
-    """Layer x head heatmap of the mean ``metric`` of one checkpoint (one panel per stack)."""
+    """Layer x head heatmap of the mean ``metric`` of one checkpoint (one panel per stack).
+
+    Pass ``vmin``/``vmax`` (e.g. from :func:`head_range` over every checkpoint) so separate figures of
+    several checkpoints share one colour scale; both ends are labelled on the colour bar.
+    """
     part = filter_eq(df, "checkpoint", checkpoint)
     part, stacks = _prepare(part, metric, stack, query_role, key_role)
     col = value_column(part)
     grids = [_grid(part[part["stack"] == st] if st is not None else part, col) for st in stacks]
-    lo = float(min(np.nanmin(g.to_numpy(dtype=float)) for g in grids))
-    hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids))
+    lo = float(min(np.nanmin(g.to_numpy(dtype=float)) for g in grids)) if vmin is None else float(vmin)
+    hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids)) if vmax is None else float(vmax)
     width = max(4.5, 0.45 * max(g.shape[1] for g in grids) + 1.8)
     height = max(3.0, 0.28 * max(g.shape[0] for g in grids) + 1.4)
     fig = new_figure(width * len(grids), height)
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for ax, st, g in zip(axes, stacks, grids):
         show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=".2f",
+        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=_fmt(lo, hi),
                     annot_kws={"fontsize": _cell_fontsize(g, width)}, linewidths=0.3, linecolor="white",
                     cbar_kws={"label": pretty(metric), "shrink": 0.9})
+        end_ticks(ax.collections[0].colorbar, lo, hi)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
@@ -72,6 +93,67 @@ def head_grid(
     n = part["example"].nunique() if "example" in part.columns else None
     note = f"mean over {n} examples" if n else "mean"
     suptitle(fig, f"{title or pretty(metric) + ' per head'} — {checkpoint}\n{note}")
+    return fig
+
+
+def _fmt(lo: float, hi: float) -> str:
+    """Cell number format with enough decimals to tell cells of a narrow range apart."""
+    span = abs(hi - lo)
+    return ".2f" if span >= 0.05 or span == 0 else ".3f" if span >= 0.005 else ".2e"
+
+
+def head_range(df: pd.DataFrame, metric: str, checkpoints: Sequence[str] | None = None, *,
+               query_role: str | None = None, key_role: str | None = None) -> tuple[float, float]:
+    """(min, max) of the per-(layer, head) means of ``metric`` over the given checkpoints: one shared scale."""
+    part = filter_eq(df, "checkpoint", list(checkpoints) if checkpoints else None)
+    part, _ = _prepare(part, metric, None, query_role, key_role)
+    col = value_column(part)
+    keys = [c for c in ("checkpoint", "stack", "layer", "head") if c in part.columns]
+    means = part.groupby(keys)[col].mean()
+    return float(means.min()), float(means.max())
+
+
+def head_grids(
+    df: pd.DataFrame,
+    metric: str,
+    checkpoints: Sequence[str] | None = None,
+    *,
+    stack: str | None = None,
+    query_role: str | None = None,
+    key_role: str | None = None,
+    annotate: bool | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Layer x head heatmaps of several checkpoints in one figure: a wrapped grid (≤ 3 per row), one
+    colour scale with labelled ends, checkpoints in the given order (default: order of appearance)."""
+    names = series_order(df["checkpoint"], checkpoints)
+    part = filter_eq(df, "checkpoint", names)
+    part, stacks = _prepare(part, metric, stack, query_role, key_role)
+    if len(stacks) > 1:
+        raise ValueError(f"several stacks ({', '.join(map(str, stacks))}); pass stack=...")
+    col = value_column(part)
+    grids = [_grid(part[part["checkpoint"].astype(str) == n], col) for n in names]
+    lo, hi = head_range(part, metric, names)
+    width = max(3.2, 0.45 * max(g.shape[1] for g in grids) + 1.0)
+    height = max(2.4, 0.28 * max(g.shape[0] for g in grids) + 1.0)
+    rows, cols = grid_shape(len(names))
+    fig = new_figure(width * cols + 1.2, height * rows + 1.0)
+    axes = panel_grid(fig, len(names), sharex=False, sharey=False)
+    for ax, name, g in zip(axes, names, grids):
+        show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
+        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=_fmt(lo, hi), cbar=False,
+                    annot_kws={"fontsize": _cell_fontsize(g, width)}, linewidths=0.3, linecolor="white")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        ax.tick_params(axis="y", rotation=0)
+    cbar = fig.colorbar(ScalarMappable(norm=mcolors.Normalize(lo, hi), cmap=MAP_CMAP), ax=axes, shrink=0.85,
+                        label=pretty(metric) + " (one scale for all panels)")
+    end_ticks(cbar, lo, hi)
+    n = part["example"].nunique() if "example" in part.columns else None
+    where = f"{stacks[0]} stack, " if stacks[0] is not None else ""
+    suptitle(fig, f"{title or pretty(metric) + ' per head'}\n{where}mean over {n} examples" if n else
+             f"{title or pretty(metric) + ' per head'}")
     return fig
 
 
@@ -86,8 +168,12 @@ def head_diff_grid(
     alpha: float = 0.05,
     annotate: bool | None = None,
     title: str | None = None,
+    bound: float | None = None,
 ) -> Figure:
     """Layer x head heatmap of paired differences (diverging, centred at 0); ``*`` marks q < alpha.
+
+    ``bound`` fixes the scale to [-bound, bound] (e.g. the largest |diff| over every checkpoint, so
+    separate figures share one scale); default: this checkpoint's largest |diff|.
 
     Takes ``compare_frames`` output (checkpoint, baseline, diff = checkpoint - baseline, q_value; pass
     ``checkpoint=`` when it holds several) or any frame with ``diff`` and ``q``.
@@ -103,7 +189,8 @@ def head_diff_grid(
     qs = [_grid(part[part["stack"] == st] if st is not None else part, qcol) for st in stacks]
     pair = next(((part[a].iloc[0], part[b].iloc[0]) for a, b in _PAIR_COLUMNS
                  if a in part.columns and b in part.columns), None)
-    bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
+    if bound is None:
+        bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
     width = max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8)
     height = max(3.0, 0.28 * max(g.shape[0] for g in diffs) + 1.4)
     fig = new_figure(width * len(diffs), height)
@@ -113,6 +200,7 @@ def head_diff_grid(
         show = annotate if annotate is not None else d.size <= _ANNOTATE_MAX_CELLS
         sns.heatmap(d, ax=ax, cmap=DIFF_CMAP, vmin=-bound, vmax=bound, annot=False,
                     linewidths=0.3, linecolor="white", cbar_kws={"label": f"Δ {pretty(metric)}", "shrink": 0.9})
+        end_ticks(ax.collections[0].colorbar, -bound, bound)
         fs = _cell_fontsize(d, width)
         values = d.to_numpy(dtype=float)
         for i in range(d.shape[0]):
@@ -122,7 +210,7 @@ def head_diff_grid(
                 strong = abs(values[i, j]) > 0.6 * bound
                 color = "white" if strong else "black"
                 if show:
-                    ax.text(j + 0.5, i + 0.5, f"{values[i, j]:.2f}" + ("*" if sig[i, j] else ""),
+                    ax.text(j + 0.5, i + 0.5, f"{values[i, j]:{_fmt(-bound, bound)}}" + ("*" if sig[i, j] else ""),
                             ha="center", va="center", fontsize=fs, color=color)
                 elif sig[i, j]:
                     ax.text(j + 0.5, i + 0.5, "*", ha="center", va="center", fontsize=fs + 4,

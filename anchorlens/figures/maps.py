@@ -3,29 +3,34 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, Union
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
 from matplotlib import colormaps
 from matplotlib import colors as mcolors
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.transforms import blended_transform_factory
 
 from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.figures._style import (
-    suptitle,
     GUIDANCE_NAMES,
     MAP_CMAP,
     ROLE_COLORS,
     clean_token,
+    end_ticks,
+    grid_shape,
     label_fontsize,
     new_figure,
+    panel_grid,
+    pick_ticks,
     role_color,
     role_name,
     runs,
-    pick_ticks,
+    suptitle,
 )
 from anchorlens.roles.kinds import Role
 
@@ -50,8 +55,8 @@ class AveragedStackMaps(StackMaps):
     n_examples: int = 1
 
 
-Selector = Union[None, int, Literal["mean"]]
-MapsInput = Union[StackMapsLike, AttentionMaps]
+Selector = None | int | Literal["mean"]
+MapsInput = StackMapsLike | AttentionMaps
 
 
 def _as_stack(m: MapsInput, stack: str | None) -> tuple[StackMapsLike, str | None, Any]:
@@ -111,11 +116,54 @@ def _example_desc(ids: Any) -> str:
     return f"example {ids}"
 
 
+MASK_FACE, MASK_EDGE, MASK_HATCH = "#e4e4e4", "#b0b0b0", "////"  # masked cells: hatched grey
+BRACKET_MIN = 3  # runs of at least this many identical guidance tokens get one bracket label
+
+
+def guidance_runs(tokens: Sequence[str], roles: Sequence[int]) -> list[tuple[int, int]]:
+    """(start, length) of runs of >= BRACKET_MIN positions with one guidance role and one token text."""
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(roles)
+    while i < n:
+        j = i
+        while j + 1 < n and roles[j + 1] == roles[i] and tokens[j + 1] == tokens[i]:
+            j += 1
+        if role_name(roles[i]) in GUIDANCE_NAMES and j - i + 1 >= BRACKET_MIN:
+            out.append((i, j - i + 1))
+        i = j + 1
+    return out
+
+
+def tick_plan(tokens: Sequence[str], roles: Sequence[int], max_labels: int) -> tuple[list[int], list[str], list[tuple[int, int]], int]:
+    """(tick positions, labels, bracketed runs, step): a run of identical guidance tokens gets one
+    label at its middle (``<soft_prompt> ×100``) and a bracket; other positions are thinned as usual."""
+    brackets = guidance_runs(tokens, roles)
+    inside = {p for start, length in brackets for p in range(start, start + length)}
+    rest = [i for i in range(len(roles)) if i not in inside]
+    picked, step = pick_ticks([roles[i] for i in rest], max(1, max_labels - len(brackets)))
+    ticks = {rest[i]: clean_token(tokens[rest[i]]) for i in picked}
+    for start, length in brackets:
+        ticks[start + (length - 1) // 2] = f"{clean_token(tokens[start])} ×{length}"
+    order = sorted(ticks)
+    return order, [ticks[i] for i in order], brackets, step
+
+
+def _bracket(ax: Any, axis: str, start: int, length: int, color: str) -> None:
+    """A bracket just outside the axis spanning positions start .. start+length-1."""
+    lo, hi = start - 0.5, start + length - 0.5
+    if axis == "x":
+        tr = blended_transform_factory(ax.transData, ax.transAxes)
+        xs, ys = [lo, lo, hi, hi], [-0.004, -0.014, -0.014, -0.004]
+    else:
+        tr = blended_transform_factory(ax.transAxes, ax.transData)
+        xs, ys = [-0.004, -0.014, -0.014, -0.004], [lo, lo, hi, hi]
+    ax.add_line(Line2D(xs, ys, transform=tr, color=color, lw=1.2, clip_on=False, gid=f"bracket:{axis}"))
+
+
 def _style_ticks(ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int], size_in: float,
                  max_labels: int) -> int:
-    """Thinned, cleaned, role-coloured tick labels on one axis; returns the labelling step."""
-    ticks, step = pick_ticks(roles, max_labels)
-    labels = [clean_token(tokens[i]) for i in ticks]
+    """Thinned, cleaned, role-coloured tick labels on one axis (guidance runs bracketed); returns the step."""
+    ticks, labels, brackets, step = tick_plan(tokens, roles, max_labels)
     fs = label_fontsize(len(ticks), size_in)
     if axis == "x":
         ax.set_xticks(ticks, labels, rotation=90, fontsize=fs)
@@ -127,6 +175,8 @@ def _style_ticks(ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int]
         t.set_color(role_color(roles[i]))
         if role_name(roles[i]) in GUIDANCE_NAMES:
             t.set_fontweight("bold")
+    for start, length in brackets:
+        _bracket(ax, axis, start, length, role_color(roles[start]))
     return step
 
 
@@ -151,7 +201,7 @@ def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
 
 
 def _mask_causal(qk: np.ndarray) -> np.ndarray:
-    """Square maps whose strictly upper triangle is exactly 0 (causal mask) get it masked (white)."""
+    """Square maps whose strictly upper triangle is exactly 0 (causal mask) get it masked (drawn hatched grey)."""
     if qk.shape[0] == qk.shape[1] and qk.shape[0] > 1:
         upper = np.triu(np.ones(qk.shape, bool), k=1)
         if not qk[upper].any():
@@ -177,13 +227,18 @@ def attention_map_figure(
     layer: Selector = None,
     head: Selector = None,
     title: str | None = None,
-    scale: str = "linear",
+    scale: str = "sqrt",
     vmax: float | None = None,
     max_labels: int = 60,
     panel_size: float | None = None,
     cmap: str | mcolors.Colormap = MAP_CMAP,
 ) -> Figure:
-    """One attention heatmap per checkpoint (keys on x, queries on y), shared colour scale."""
+    """One attention heatmap per checkpoint (keys on x, queries on y) on one shared, labelled colour scale.
+
+    Panels wrap into rows of at most three. ``scale``: ``linear``, ``sqrt`` (default: small weights stay
+    visible) or ``log``. Masked cells (the causal upper triangle) are hatched grey, never a colour of the
+    scale, so tiny attention is not mistaken for the mask.
+    """
     if not isinstance(maps, Mapping):
         maps = {"": maps}
     if not maps:
@@ -204,36 +259,47 @@ def attention_map_figure(
     if panel_size is None:
         longest = max(max(p[2].shape) for p in panels)
         panel_size = float(np.clip(4.0 + longest / 60.0, 4.5, 7.5))
-    cmap_obj = (colormaps[cmap] if isinstance(cmap, str) else cmap).with_extremes(bad="white")
+    cmap_obj = (colormaps[cmap] if isinstance(cmap, str) else cmap).with_extremes(bad=(0, 0, 0, 0))
     n = len(panels)
-    fig = new_figure(panel_size * n + 1.6, panel_size + 1.6)
-    axes = fig.subplots(1, n, squeeze=False)[0]
+    rows, cols = grid_shape(n)
+    fig = new_figure(panel_size * cols + 1.6, (panel_size + 0.9) * rows + 1.0)
+    axes = panel_grid(fig, n)
     shared = {k for k in ("stack", "layer", "head", "example")
               if len({p[3][k] for p in panels}) == 1}
     image = None
     steps = []
     for ax, (name, sm, qk, parts) in zip(axes, panels):
         q_roles, k_roles = _roles(sm.q_roles), _roles(sm.k_roles)
-        image = ax.imshow(_mask_causal(qk), cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto")
+        shown = _mask_causal(qk)
+        ax.grid(False)
+        if np.ma.is_masked(shown):  # transparent masked cells show this hatched layer
+            ax.add_patch(Rectangle((-0.5, -0.5), qk.shape[1], qk.shape[0], zorder=0, gid="masked", facecolor=MASK_FACE,
+                                   edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
+        image = ax.imshow(shown, cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
         _outline(ax, k_roles, q_roles)
         steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels))
         steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, panel_size, max_labels))
         ax.tick_params(length=2, pad=1)
-        ax.set_xlabel("key position (attended to)")
-        ax.set_ylabel("query position (attending)")
+        ax.set_xlabel("key position (attended to)", labelpad=8)
+        ax.set_ylabel("query position (attending)", labelpad=8)
         own = [parts[k] for k in ("stack", "layer", "head", "example") if k not in shared and parts[k]]
         ax.set_title(name + ("\n" + ", ".join(own) if own else ""), fontsize=10)
+    assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
-    cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)"))
+    cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)")
+                   + (" — one scale for all panels" if n > 1 else ""))
+    end_ticks(cbar, float(norm.vmin or 0.0), float(norm.vmax or top))
 
     present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}
-    handles = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
+    handles: list[Artist] = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
                for r in GUIDANCE_NAMES if r in present]
     if "structural" in present:
         handles.append(Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)),
                               label="structural (dashed)"))
     handles += [Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
                 for r in ("special", "content") if r in present]
+    if any(np.ma.is_masked(_mask_causal(p[2])) for p in panels):
+        handles.append(Patch(label="masked (causal)", facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
     if handles:
         fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
                    fontsize=8, frameon=False)
@@ -244,6 +310,16 @@ def attention_map_figure(
         caption += (", " if caption else "") + f"labels ≥ {max(steps)} positions apart (guidance/structural first)"
     suptitle(fig, (title or "Attention maps") + (f"\n{caption}" if caption else ""))
     return fig
+
+
+def anchor_tokens(maps: Mapping[str, MapsInput], stack: str | None = None) -> dict[str, str]:
+    """The key token at position 0 of each checkpoint's map (what "anchor mass" attends to), cleaned."""
+    out = {}
+    for name, m in maps.items():
+        sm, _, _ = _as_stack(m, stack)
+        if len(sm.k_tokens):
+            out[str(name)] = clean_token(sm.k_tokens[0])
+    return out
 
 
 def _differences(a: Sequence[int], b: Sequence[int]) -> str:

@@ -8,7 +8,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from anchorlens.figures._frames import filter_eq, is_summary, pick_head, require_single, summarize
-from anchorlens.figures._style import new_figure, position_key, pretty, series_colors, suptitle
+from anchorlens.figures._style import (
+    new_figure,
+    position_key,
+    pretty,
+    series_colors,
+    series_markers,
+    series_order,
+    suptitle,
+)
 
 _ACCURACY_COLUMNS = ("accuracy", "mean", "value")
 
@@ -73,8 +81,8 @@ def position_sweep(
         acc = acc.assign(**{position_col: acc[position_col].astype(str)})
     pos_order = _positions(s, acc, column=position_col)
     xpos = {p: i for i, p in enumerate(pos_order)}
-    series = list(order) if order else sorted(set(s[by]) | set(acc[by] if acc is not None else []), key=str)
-    colors = series_colors(series)
+    series = series_order(list(part[by]) + (list(acc[by]) if acc is not None else []), order)
+    colors, markers = series_colors(series), series_markers(series)
     dodge = 0.08 if len(series) > 1 else 0.0
 
     fig = new_figure(max(5.0, 1.1 * len(pos_order) + 3.0), 3.8)
@@ -82,12 +90,12 @@ def position_sweep(
     ax2 = ax.twinx() if acc is not None else None
     for i, name in enumerate(series):
         off = (i - (len(series) - 1) / 2) * dodge
-        line = s[s[by] == name].sort_values(position_col, key=lambda c: c.map(position_key))
+        line = s[s[by].astype(str) == name].sort_values(position_col, key=lambda c: c.map(position_key))
         if not line.empty:
             _errorbars(ax, [xpos[p] + off for p in line[position_col]], line, colors[name],
-                       marker="o", ms=5, lw=1.6, ls="-")
-        if ax2 is not None:
-            a = acc[acc[by] == name].sort_values(position_col, key=lambda c: c.map(position_key))
+                       marker=markers[name], ms=5, lw=1.6, ls="-")
+        if ax2 is not None and acc is not None:
+            a = acc[acc[by].astype(str) == name].sort_values(position_col, key=lambda c: c.map(position_key))
             if not a.empty:
                 _errorbars(ax2, [xpos[p] + off for p in a[position_col]], a, colors[name],
                            marker="s", ms=4, lw=1.2, ls="--")
@@ -96,13 +104,13 @@ def position_sweep(
     ax.set_xlabel("anchor position")
     ax.set_ylabel(pretty(metric))
     ax.grid(axis="y", alpha=0.3, lw=0.5)
-    handles = [Line2D([], [], color=colors[n], lw=2, label=str(n)) for n in series]
+    handles = [Line2D([], [], color=colors[n], lw=2, marker=markers[n], label=str(n)) for n in series]
     if ax2 is not None:
         ax2.set_ylabel("accuracy")
         handles += [Line2D([], [], color="0.3", ls="-", marker="o", label=pretty(metric)),
                     Line2D([], [], color="0.3", ls="--", marker="s", label="accuracy")]
-    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
     where = ", ".join(p for p in (f"{stack} stack" if stack else "",
                                   f"layer {layer}" if layer is not None else "mean over layers") if p)
-    suptitle(fig, f"{title or pretty(metric) + ' by anchor position'}\n{where}; bars: 95% CI")
+    suptitle(fig, f"{title or pretty(metric) + ' by anchor position'}\n{where}; bars: 95% bootstrap CI")
     return fig

@@ -1,23 +1,35 @@
-"""``anchorlens.inspect``: one input through one model, shown inline in Jupyter."""
+"""``anchorlens.inspect``: one input through one model, shown inline in Jupyter.
+
+Accepts what users hold: a spec string (``"instance"``), a loaded ``Base`` or ``GuidedModel``, a
+transformers model plus its tokenizer, or a PEFT prompt-learning model plus its tokenizer.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Mapping
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from anchorlens.analyses import average_heads, metrics_frame
+from anchorlens.analyses import average_heads, default_reducers, metrics_frame
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.figures import attention_map_figure
+from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
+from anchorlens.methods.guided import GuidedModel
+from anchorlens.models.adapters import adapter_for
+from anchorlens.models.base import Base
 from anchorlens.roles.templates import RAW_TEMPLATE, Template
 from anchorlens.tasks import TASKS, get_task
 from anchorlens.workflows.models import load_model
-from anchorlens.analyses import default_reducers
 from anchorlens.workflows.statistics import anchors_of
+
+STATIC_DPI = 90  # the PNG fallback of a saved notebook: readable, a few hundred KB at most
+TOP_ANCHORS = 3
 
 
 def _template_for(example: Mapping, task: str | None) -> Template:
@@ -30,19 +42,68 @@ def _template_for(example: Mapping, task: str | None) -> Template:
     raise UsageError(f"no task template has the fields {sorted(example)}; pass task=... or a plain string")
 
 
+def _is_peft(obj: object) -> bool:
+    return hasattr(obj, "peft_config") and hasattr(obj, "get_base_model")
+
+
+def _hf_base(model: Any, tokenizer: Any) -> Base:
+    """A transformers model and its tokenizer as a frozen ``Base`` (the model is put in eval mode)."""
+    if tokenizer is None:
+        raise UsageError("a transformers model needs its tokenizer: inspect(model, text, tokenizer=tokenizer)")
+    cfg = getattr(model, "config", None)
+    if cfg is None or not hasattr(cfg, "model_type"):
+        raise UsageError(f"expected a transformers model, got {type(model).__name__}; pass a spec string or a Base")
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.eval()
+    name = str(getattr(cfg, "name_or_path", "") or type(model).__name__)
+    return Base(spec=name, model=model, tokenizer=tokenizer, adapter=adapter_for(cfg.model_type))
+
+
+def _peft_model(peft: Any, tokenizer: Any) -> GuidedModel:
+    """A PEFT prompt-learning model as a GuidedModel (its adapter saved to a temp dir, read back by load_peft)."""
+    from anchorlens.methods.peft_import import load_peft
+
+    base = _hf_base(peft.get_base_model(), tokenizer)
+    with tempfile.TemporaryDirectory(prefix="anchorlens-peft-") as tmp:
+        peft.save_pretrained(tmp)
+        return load_peft(tmp, base)
+
+
+def as_model(model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "smollm2-135m") -> tuple[Any, str]:
+    """(model ready for capture, checkpoint name) from a spec, Base, GuidedModel, HF model or PEFT model."""
+    if isinstance(model_or_spec, str):
+        return load_model(model_or_spec, base), model_or_spec
+    if isinstance(model_or_spec, Base):
+        return model_or_spec, model_or_spec.spec
+    if isinstance(model_or_spec, GuidedModel):
+        kinds = "+".join(dict.fromkeys(type(g).__name__ for g in model_or_spec.guidances)) or "no guidance"
+        return model_or_spec, f"{model_or_spec.base.spec} + {kinds}"
+    if _is_peft(model_or_spec):
+        model = _peft_model(model_or_spec, tokenizer)
+        return model, f"{model.base.spec} + PEFT"
+    hf = _hf_base(model_or_spec, tokenizer)
+    return hf, hf.spec
+
+
 @dataclass
 class Inspection:
-    """Maps and metrics of one input; renders inline in Jupyter (offline canvas widget)."""
+    """Maps and metrics of one input; in Jupyter an interactive map plus a static PNG of the same map."""
 
-    model: object
+    model: Any
     example: dict
     template: Template
     maps: AttentionMaps
     selection: Selection
+    checkpoint: str = "model"
+    _png: bytes | None = field(default=None, repr=False)
 
-    def plot(self, layer: int | str | None = "mean", head: int | str | None = "mean", stack: str | None = None) -> Figure:
-        """Paper-style heatmap of one layer/head (or their means)."""
-        return attention_map_figure({"": self.maps}, stack=stack, layer=layer, head=head)
+    def plot(self, layer: int | Literal["mean"] | None = "mean", head: int | Literal["mean"] | None = "mean",
+             stack: str | None = None,
+             scale: str = "sqrt") -> Figure:
+        """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint."""
+        return attention_map_figure({self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale,
+                                    title="Attention map")
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
@@ -52,24 +113,69 @@ class Inspection:
         df = metrics_frame(reducers, anchors=anchors_of(self.model))
         return df if per_head else average_heads(df)
 
-    def _repr_html_(self) -> str:
+    def top_anchors(self, k: int = TOP_ANCHORS, stack: str | None = None) -> list[tuple[int, str, float]]:
+        """(position, token, mean attention received) of the ``k`` keys that receive the most attention.
+
+        Mean over layers, heads and the queries that can see the key (q >= k in a causal stack).
+        """
+        sm = self.maps[stack or self.maps.default_stack]
+        qk = sm.probs.float().mean(dim=(0, 1)).numpy()  # [Q, K]
+        seen = np.ones(qk.shape, bool)
+        if qk.shape[0] == qk.shape[1] and not np.triu(qk, 1).any():
+            seen = np.tril(seen)
+        received = (qk * seen).sum(0) / np.maximum(seen.sum(0), 1)
+        top = np.argsort(-received, kind="stable")[:k]
+        return [(int(i), clean_token(sm.k_tokens[i], mathtext=False), float(received[i])) for i in top]
+
+    def summary(self) -> str:
+        """A few lines: checkpoint, template, tokens, layers x heads, the top anchors."""
+        stack = self.maps.default_stack
+        sm = self.maps[stack]
+        anchors = ", ".join(f"#{p} {t!r} {v:.3f}" for p, t, v in self.top_anchors())
+        return (f"Inspection of {self.checkpoint} (template {self.template.name}, {stack} stack)\n"
+                f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
+                f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
+                f"  top anchors (mean attention received): {anchors}\n"
+                f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]")
+
+    def __repr__(self) -> str:
+        return self.summary()
+
+    def static_png(self) -> bytes:
+        """PNG of the layer- and head-mean map (cached): what a saved or untrusted notebook shows."""
+        if self._png is None:
+            self._png = figure_to_png_bytes(self.plot(), dpi=STATIC_DPI)
+        return self._png
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        """text/html (interactive canvas, with the static PNG inside for script-less renderers),
+        image/png (static map) and text/plain (summary) in one bundle."""
         from anchorlens.notebook.widget import widget_html
 
         stack = self.maps.default_stack
-        return widget_html(self.maps[stack], title=f"{stack} attention · template {self.template.name}")
+        png = self.static_png()
+        html = widget_html(self.maps[stack], title=f"{self.checkpoint} · {stack} attention · template "
+                           f"{self.template.name}", fallback_png=png)
+        return {"text/html": html, "image/png": png, "text/plain": self.summary()}
 
 
 def inspect(
-    model_or_spec,
+    model_or_spec: Any,
     text_or_example: str | Mapping,
     *,
+    tokenizer: Any = None,
     task: str | None = None,
-    base: str = "smollm2-135m",
+    base: str | Base = "smollm2-135m",
     layers: tuple[int, ...] | None = None,
     heads: tuple[int, ...] | None = None,
+    name: str | None = None,
 ) -> Inspection:
-    """Capture full maps of one input (a string, or a task example dict) through a model or spec."""
-    model = load_model(model_or_spec, base) if isinstance(model_or_spec, str) else model_or_spec
+    """Capture full maps of one input (a string, or a task example dict) through a model.
+
+    ``model_or_spec``: a spec string (loaded on ``base``), a ``Base``/``GuidedModel``, a transformers model
+    or a PEFT prompt-learning model (both with ``tokenizer=``). ``name`` overrides the checkpoint title.
+    """
+    model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     if isinstance(text_or_example, str):
         example, template = {"text": text_or_example}, RAW_TEMPLATE if task is None else get_task(task).template
     else:
@@ -77,4 +183,4 @@ def inspect(
     selection = Selection(layers=layers, heads=heads)
     batches = encode_batches(model, [example], template, batch_size=1)
     maps = collect_maps(model, batches, selection, max_examples=1)[0]
-    return Inspection(model, example, template, maps, selection)
+    return Inspection(model, example, template, maps, selection, checkpoint=name or checkpoint)

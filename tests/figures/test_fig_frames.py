@@ -73,12 +73,12 @@ def test_head_diff_grid_plain_q_column_and_big_grid_marks_only():
 def test_role_flow_heatmaps_shared_scale():
     fig = role_flow_heatmaps(synth.role_flow())
     panels = fig.axes[:-1]
-    assert len(fig.axes) == 3 and [ax.get_title() for ax in panels] == ["capt", "prompt_tuning"]
+    assert len(fig.axes) == 3 and [ax.get_title() for ax in panels] == ["prompt_tuning", "capt"]  # frame order
     assert panels[0].collections[0].get_clim() == panels[1].collections[0].get_clim()
     assert fig.axes[-1].get_ylim() == pytest.approx(panels[0].collections[0].get_clim())
     assert [t.get_text() for t in panels[0].get_yticklabels()] == ["structural", "content"]
     assert "capsule" in [t.get_text() for t in panels[0].get_xticklabels()]
-    assert len(panels[1].texts) == 2 * 4  # annotated values
+    assert len(panels[1].texts) == 2 * 4  # annotated values; the absent soft_prompt column stays blank
     assert panels[0].get_xlabel().startswith("key role") and panels[0].get_ylabel().startswith("query role")
 
 

@@ -1,0 +1,91 @@
+"""inspect(): HF model + tokenizer and PEFT inputs, short text repr, static PNG in the bundle, shared-scale widget."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from anchorlens.models.loading import load_base
+from anchorlens.models.tiny import build_tiny
+from anchorlens.notebook.inspect import inspect
+from anchorlens.notebook.widget import decode, encode, views, widget_html
+
+TEXT = "The cat sat on the mat. It was warm."
+
+
+@pytest.fixture(scope="module")
+def base_view():
+    return inspect(load_base("tiny-llama"), TEXT)
+
+
+def test_hf_model_and_tokenizer_give_the_same_maps(base_view):
+    model, tok = build_tiny("tiny-llama")  # what an HF user holds: a transformers model and its tokenizer
+    view = inspect(model, TEXT, tokenizer=tok)
+    ours, theirs = base_view.maps["decoder"], view.maps["decoder"]
+    assert ours.k_tokens == theirs.k_tokens
+    torch.testing.assert_close(theirs.probs, ours.probs, atol=1e-5, rtol=0)
+    with pytest.raises(Exception, match="tokenizer"):
+        inspect(model, TEXT)
+
+
+def test_peft_prompt_tuning_model_is_accepted():
+    peft = pytest.importorskip("peft")
+    model, tok = build_tiny("tiny-llama")
+    pm = peft.get_peft_model(model, peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3))
+    view = inspect(pm, TEXT, tokenizer=tok)
+    roles = view.maps["decoder"].k_roles.tolist()
+    assert roles.count(3) == 3  # three soft-prompt positions (Role.SOFT_PROMPT)
+    assert "PEFT" in view.checkpoint
+    # the soft prompt inserted is PEFT's own prompt embedding
+    torch.testing.assert_close(view.model.guidances[0].prompt.detach().float(),
+                               pm.get_prompt_embedding_to_save("default").float(), atol=0, rtol=0)
+
+
+def test_text_repr_is_a_short_summary(base_view):
+    text = repr(base_view)
+    assert len(text) < 600 and "tensor(" not in text
+    assert text.startswith("Inspection of tiny-llama")
+    sm = base_view.maps["decoder"]
+    assert f"{len(sm.layers)} layers x {len(sm.heads)} heads" in text
+    # the top anchor is the key receiving the most attention (mean over layers, heads, visible queries)
+    qk = sm.probs.double().mean(dim=(0, 1)).numpy()
+    n = qk.shape[0]
+    received = [qk[k:, k].mean() for k in range(n)]
+    best = int(np.argmax(received))
+    pos, _, value = base_view.top_anchors(1)[0]
+    assert pos == best and value == pytest.approx(received[best], rel=1e-5)
+
+
+def test_bundle_has_static_png_and_html_with_fallback(base_view):
+    bundle = base_view._repr_mimebundle_()
+    assert set(bundle) == {"text/html", "image/png", "text/plain"}
+    assert bundle["image/png"].startswith(b"\x89PNG")
+    html = bundle["text/html"]
+    img = re.search(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
+    assert img and base64.b64decode(img.group(1)) == bundle["image/png"]
+    assert "tiny-llama" in html  # checkpoint named in the title
+    assert "<option value='4' selected>mean over layers</option>" in html  # opens on the layer mean
+    assert "<option selected>sqrt</option>" in html and "<option>log</option>" in html
+
+
+def test_widget_one_shared_scale_and_masked_flag(base_view):
+    sm = base_view.maps["decoder"]
+    v = views(sm.probs)
+    L, H = len(sm.layers), len(sm.heads)
+    assert v.shape[:2] == (L + 1, H + 1)
+    np.testing.assert_allclose(v[L, H], sm.probs.double().mean(dim=(0, 1)).numpy(), atol=1e-12)
+    codes, vmax = encode(v)
+    assert vmax == pytest.approx(float(v.max()))
+    back = decode(codes, vmax)
+    # shared scale: tiny but non-zero values stay non-zero, relative error small everywhere that matters
+    nz = v > vmax * 1e-8
+    assert (codes[nz] > 0).all()
+    np.testing.assert_allclose(back[v > vmax * 1e-3], v[v > vmax * 1e-3], rtol=2e-3)
+    html = widget_html(sm)
+    data = json.loads(re.search(r'const root=document.getElementById\("[^"]+"\), D=(\{.*?\});\n', html, re.S).group(1))
+    assert data["causal"] is True and data["vmax"] == pytest.approx(vmax)
+    assert "<script src" not in html and "http" not in html
