@@ -6,6 +6,7 @@ The public API is re-exported here and imported lazily, so ``import anchorlens``
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
 
 __version__ = "0.1.0"
@@ -50,7 +51,11 @@ def __getattr__(name: str) -> Any:
     """Import a public name on first use."""
     if name not in _EXPORTS:
         raise AttributeError(f"module 'anchorlens' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    with warnings.catch_warnings():
+        # transformers imports tqdm.auto, which warns "IProgress not found" in a Jupyter kernel without
+        # ipywidgets (the `jupyter` extra installs it) and then uses plain text bars: nothing to act on.
+        warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
     globals()[name] = value
     return value
 
