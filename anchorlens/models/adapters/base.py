@@ -1,8 +1,6 @@
 """The architecture adapter: the one place that knows where an architecture keeps things."""
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from anchorlens.models.adapters.site import Site
@@ -13,20 +11,24 @@ from anchorlens.roles.encoding import Encoded
 class ArchAdapter:
     """Knows an architecture's attention sites, blocks, embeddings and how to run it on a batch.
 
-    Subclasses set ``family``, ``model_types`` and ``stack_sequences`` (each stack's query and key
-    sequence names, ``input`` or ``target``) and implement ``blocks``/``attention_module``.
+    Subclasses (or instances built from data, see ``decoder.DecoderAdapter``) set ``family``,
+    ``model_types`` and ``stack_sequences`` (each stack's query and key sequence names, ``input`` or
+    ``target``) and implement ``blocks``/``attention_module``.
     """
 
-    family: ClassVar[str] = ""
-    model_types: ClassVar[tuple[str, ...]] = ()
-    stack_sequences: ClassVar[dict[str, tuple[str, str]]] = {}
-    causal: ClassVar[bool] = True
+    family: str = ""
+    model_types: tuple[str, ...] = ()
+    stack_sequences: dict[str, tuple[str, str]] = {}
+    causal: bool = True
     # Guidance (inserted positions). ``guidance_stacks``: self-attention stacks whose blocks accept
     # per-layer inserted positions; ``block_args``: the block forward's positional parameter names.
-    supports_guidance: ClassVar[bool] = True
-    supports_prefix: ClassVar[bool] = False
-    guidance_stacks: ClassVar[tuple[str, ...]] = ()
-    block_args: ClassVar[tuple[str, ...]] = ("hidden_states",)
+    supports_guidance: bool = True
+    supports_prefix: bool = False
+    guidance_stacks: tuple[str, ...] = ()
+    block_args: tuple[str, ...] = ("hidden_states",)
+
+    def check_config(self, config) -> None:
+        """Refuse (UsageError, one line) a configuration whose attention anchorlens cannot mirror exactly."""
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """The transformer blocks of ``stack``, in order (for ``cross``: the decoder blocks)."""
@@ -130,11 +132,13 @@ class ArchAdapter:
         splice: Splice,
         valid: torch.Tensor,
         memo: dict,
+        layer: int | None = None,
     ) -> tuple[tuple, dict]:
         """Block arguments for the spliced hidden states [B, T+N, d]: mask and position ids extended.
 
         valid: [B, T+N] bool validity of the spliced sequence; memo: per-forward cache shared by
-        all layers (the same splice recurs at every layer).
+        all layers (the same splice recurs at every layer); layer: the block's index in ``stack``
+        (families whose blocks differ per layer, e.g. sliding/global attention, need it).
         """
         args, kwargs = self.set_arg(args, kwargs, "hidden_states", hidden)
         mask = self.get_arg(args, kwargs, "attention_mask")

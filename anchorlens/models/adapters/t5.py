@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from anchorlens.errors import UsageError
 from anchorlens.models.adapters.base import ArchAdapter
 from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
@@ -43,7 +44,7 @@ class T5Adapter(ArchAdapter):
     def model_inputs(self, batch: Encoded) -> dict[str, torch.Tensor]:
         """Encoder inputs plus decoder inputs (the batch's target side)."""
         if batch.target_ids is None:
-            raise ValueError("a T5 base needs decoder inputs: encode the batch with a target side")
+            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
         return {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
@@ -62,9 +63,9 @@ class T5Adapter(ArchAdapter):
     def forward_embeds(self, model, batch: Encoded, inputs_embeds, attention_mask, cache=None, **kwargs):
         """Encoder from embeddings [B, T', d] and mask [B, T']; decoder from the batch's target ids."""
         if cache is not None:
-            raise ValueError("T5 takes no key-only prefix cache in anchorlens")
+            raise UsageError("T5 takes no key-only prefix cache in anchorlens: use prefix tuning on a decoder-only base")
         if batch.target_ids is None:
-            raise ValueError("a T5 base needs decoder inputs: encode the batch with a target side")
+            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
         return model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -82,9 +83,9 @@ class T5Adapter(ArchAdapter):
             memo[key] = attn.compute_bias(length, length, device=device)
         return memo[key]
 
-    def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo):
+    def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo, layer=None):
         """Also recompute the relative position bias for T+N and extend cross-attention rows."""
-        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo)
+        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo, layer)
         bias = self._bias(model, stack, splice.new_len, hidden.device, memo)
         args, kwargs = self.set_arg(args, kwargs, "position_bias", bias)
         for name in ("encoder_attention_mask", "encoder_decoder_position_bias"):
