@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import (
@@ -49,14 +50,14 @@ class TinySpec:
 
     style: str
     model_cls: type
-    config: Callable[[object], object]
+    config: Callable[[Any], Any]
 
 
-def _common(tok) -> dict:
+def _common(tok: Any) -> dict:
     return dict(vocab_size=len(tok), pad_token_id=tok.pad_token_id)
 
 
-def _decoder(tok) -> dict:
+def _decoder(tok: Any) -> dict:
     """Shape shared by the rotary decoder families: 4 layers, d=64, 4 query heads over 2 kv heads."""
     return dict(
         hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
@@ -85,7 +86,7 @@ TINY: dict[str, TinySpec] = {
         hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
         max_position_embeddings=512, **_common(tok),
     )),
-    "tiny-t5": TinySpec("t5", T5ForConditionalGeneration, lambda tok: T5Config(
+    "tiny-t5": TinySpec("t5", T5ForConditionalGeneration, lambda tok: T5Config(  # type: ignore[call-arg]
         d_model=64, d_kv=16, d_ff=128, num_layers=3, num_decoder_layers=3, num_heads=4,
         relative_attention_num_buckets=8, decoder_start_token_id=tok.pad_token_id,
         eos_token_id=tok.eos_token_id, **_common(tok),
@@ -128,7 +129,7 @@ def tiny_spec(name: str) -> TinySpec:
     return TINY[name]
 
 
-def build_tiny(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> tuple[torch.nn.Module, object]:
+def build_tiny(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> tuple[torch.nn.Module, Any]:
     """A tiny random (model, tokenizer) pair, identical for the same name and seed (eager where sdpa is unsupported)."""
     spec = tiny_spec(name)
     tok = tiny_tokenizer(spec.style)

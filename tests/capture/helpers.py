@@ -8,7 +8,7 @@ class Collect:
     """Sink that keeps every event (tests only: holds all maps)."""
 
     def __init__(self) -> None:
-        self.events = []
+        self.events: list = []
 
     def consume(self, event) -> None:
         self.events.append(event)

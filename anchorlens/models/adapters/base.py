@@ -40,7 +40,8 @@ class ArchAdapter:
 
     def embeddings(self, model: torch.nn.Module) -> torch.nn.Module:
         """The input token embedding module."""
-        return model.get_input_embeddings()
+        embeddings: torch.nn.Module = model.get_input_embeddings()  # type: ignore[operator]
+        return embeddings
 
     def stacks(self) -> tuple[str, ...]:
         """Names of this architecture's attention stacks."""
@@ -143,16 +144,16 @@ class ArchAdapter:
         args, kwargs = self.set_arg(args, kwargs, "hidden_states", hidden)
         mask = self.get_arg(args, kwargs, "attention_mask")
         if mask is not None:
-            key = ("mask", stack, id(splice), id(mask))
-            if key not in memo:
-                memo[key] = (mask, splice.mask(mask, self.stack_causal(stack), valid))
-            args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[key][1])
+            mask_key = ("mask", stack, id(splice), id(mask))
+            if mask_key not in memo:
+                memo[mask_key] = (mask, splice.mask(mask, self.stack_causal(stack), valid))
+            args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[mask_key][1])
         pos = kwargs.get("position_ids")
         if pos is not None:
-            key = ("pos", stack, id(splice))
-            if key not in memo:
-                memo[key] = splice.positions(pos)
-            kwargs = {**kwargs, "position_ids": memo[key]}
+            pos_key = ("pos", stack, id(splice))
+            if pos_key not in memo:
+                memo[pos_key] = splice.positions(pos)
+            kwargs = {**kwargs, "position_ids": memo[pos_key]}
         return args, kwargs
 
     def block_output_hidden(self, output) -> torch.Tensor:

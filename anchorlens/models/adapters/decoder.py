@@ -14,6 +14,7 @@ model and its config, never guessed:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,7 +47,8 @@ class DecoderLayout:
     refuse: tuple[tuple[str, object, str], ...] = ()
 
 
-def _path(obj, dotted: str):
+def _path(obj: Any, dotted: str) -> Any:
+    """``obj.a.b`` for ``dotted="a.b"``."""
     for name in dotted.split("."):
         obj = getattr(obj, name)
     return obj
@@ -102,14 +104,15 @@ class DecoderAdapter(ArchAdapter):
 
     def kv_geometry(self, model: torch.nn.Module) -> tuple[int, int, int]:
         """(layers, key/value heads, head dim); grouped-query models have fewer kv heads."""
-        cfg = model.config
-        heads = cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-        return len(self.blocks(model, "decoder")), getattr(cfg, "num_key_value_heads", None) or heads, head_dim
+        cfg: Any = model.config
+        heads = int(cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // heads)
+        return len(self.blocks(model, "decoder")), int(getattr(cfg, "num_key_value_heads", None) or heads), head_dim
 
     def windows(self, model: torch.nn.Module) -> list[int | None]:
         """Per layer: sliding window or None (see ``sliding_windows``)."""
-        return sliding_windows(model.config, len(self.blocks(model, "decoder")))
+        config: Any = model.config
+        return sliding_windows(config, len(self.blocks(model, "decoder")))
 
     def _layer_window(self, model: torch.nn.Module, layer: int | None) -> int | None:
         windows = self.windows(model)
@@ -122,7 +125,8 @@ class DecoderAdapter(ArchAdapter):
     def _layer_type(self, model: torch.nn.Module, layer: int | None) -> str:
         if layer is None:
             raise TypeError(f"{self.family} has one rotary per layer type: splice_block_inputs needs the layer index")
-        return model.config.layer_types[layer]
+        config: Any = model.config
+        return str(config.layer_types[layer])
 
     def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo, layer=None):
         """Extend mask and position ids, band the mask on sliding layers, recompute rotary cos/sin for T+N."""
@@ -140,12 +144,12 @@ class DecoderAdapter(ArchAdapter):
         if self.layout.rotary is None:
             return args, kwargs
         layer_type = self._layer_type(model, layer) if self.layout.rotary_by_layer_type else None
-        key = ("rope", id(splice), layer_type)
-        if key not in memo:
+        rope_key = ("rope", id(splice), layer_type)
+        if rope_key not in memo:
             rotary = _path(model, self.layout.rotary)
             pos = kwargs["position_ids"]
-            memo[key] = rotary(hidden, pos) if layer_type is None else rotary(hidden, pos, layer_type)
-        return self.set_arg(args, kwargs, "position_embeddings", memo[key])
+            memo[rope_key] = rotary(hidden, pos) if layer_type is None else rotary(hidden, pos, layer_type)
+        return self.set_arg(args, kwargs, "position_embeddings", memo[rope_key])
 
     def _window_mask(self, mask: torch.Tensor | None, splice: Splice, valid: torch.Tensor, window: int) -> torch.Tensor | None:
         """The spliced mask [B, 1, T+N, P+T+N] with the sliding band; None stays None while T+N < window.

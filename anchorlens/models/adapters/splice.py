@@ -50,7 +50,7 @@ class Splice:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def insert(cls, index: torch.Tensor, count: int, old_len: int) -> "Splice":
+    def insert(cls, index: torch.Tensor, count: int, old_len: int) -> Splice:
         """Insert ``count`` slots before per-example ``index`` ([B] long, 0..T)."""
         b = index.shape[0]
         pos = torch.arange(old_len + count, device=index.device).expand(b, -1)
@@ -60,7 +60,7 @@ class Splice:
         slot = torch.where(inserted, pos - start, torch.full_like(pos, -1))
         return cls(src, slot, old_len)
 
-    def then(self, other: "Splice") -> "Splice":
+    def then(self, other: Splice) -> Splice:
         """This splice followed by ``other`` (whose old sequence is this one's new sequence)."""
         from_old = other.src >= 0
         idx = other.src.clamp_min(0)

@@ -1,6 +1,8 @@
 """Adapter for T5 encoder-decoder models (relative position bias; three attention stacks)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anchorlens.errors import UsageError
@@ -32,14 +34,16 @@ class T5Adapter(ArchAdapter):
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """Encoder blocks for ``encoder``; decoder blocks for ``decoder`` and ``cross``."""
-        side = model.encoder if stack == "encoder" else model.decoder
+        t5: Any = model
+        side = t5.encoder if stack == "encoder" else t5.decoder
         return list(side.block)
 
     def attention_module(self, block: torch.nn.Module, stack: str) -> torch.nn.Module:
         """``layer[0].SelfAttention`` or, for ``cross``, ``layer[1].EncDecAttention``."""
+        t5_block: Any = block
         if stack == "cross":
-            return block.layer[1].EncDecAttention
-        return block.layer[0].SelfAttention
+            return t5_block.layer[1].EncDecAttention
+        return t5_block.layer[0].SelfAttention
 
     def model_inputs(self, batch: Encoded) -> dict[str, torch.Tensor]:
         """Encoder inputs plus decoder inputs (the batch's target side)."""
@@ -49,7 +53,7 @@ class T5Adapter(ArchAdapter):
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "decoder_input_ids": batch.target_ids,
-            "decoder_attention_mask": batch.target_mask,
+            "decoder_attention_mask": batch.target_mask,  # type: ignore[dict-item]
         }
 
     def forward(self, model: torch.nn.Module, batch: Encoded, **kwargs):
@@ -79,7 +83,7 @@ class T5Adapter(ArchAdapter):
         """Relative position bias [1, H, L, L] of ``stack`` for ``length`` positions (block 0's table)."""
         key = ("t5bias", stack, length)
         if key not in memo:
-            attn = self.blocks(model, stack)[0].layer[0].SelfAttention
+            attn: Any = self.attention_module(self.blocks(model, stack)[0], stack)
             memo[key] = attn.compute_bias(length, length, device=device)
         return memo[key]
 
