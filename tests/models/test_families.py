@@ -101,8 +101,9 @@ def reference_deep_prompt(base, batch, prompts: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("name", DECODERS)
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_deep_prompt_equals_hand_loop(tiny_base, name, padding_side):
+def test_deep_prompt_equals_hand_loop(tiny_base, name):
+    """Left padding: inserted positions sit mid-sequence (the capsule reference covers both sides)."""
+    padding_side = "left"
     base = tiny_base(name)
     batch = rte_batch(base, padding_side)
     guided = load_guided("deep-prompt:n=2", base=base, seed=2)
@@ -116,6 +117,7 @@ def test_deep_prompt_equals_hand_loop(tiny_base, name, padding_side):
 
 
 @pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 def test_prefix_equals_peft_prefix_tuning(tmp_path, name):
     """A PEFT prefix-tuning adapter (the real library) gives the same logits through anchorlens."""
     peft = pytest.importorskip("peft")
