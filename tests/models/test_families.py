@@ -170,3 +170,20 @@ def test_layer_dependent_families_need_the_layer_to_splice(tiny_base, name):
         return
     with pytest.raises(TypeError, match="layer index"):
         adapter._layer_window(base.model, None) if len(set(windows)) > 1 else adapter._layer_type(base.model, None)
+
+
+@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-gemma3"])  # sdpa families: no mask while T < window
+def test_short_unpadded_input_gets_its_window_once_spliced(tiny_base, name):
+    """T < window: transformers passes no mask (plain causal); T+N > window: the splice must add the band."""
+    from anchorlens.tasks import bundled_examples, get_task
+
+    base = tiny_base(name)
+    task = get_task("rte")
+    batch = base.encode([task.template.render(bundled_examples("rte")[0])], max_length=7)
+    assert batch.input_ids.shape == (1, 7) and bool(batch.attention_mask.all())
+    guided = load_guided("deep-prompt:n=3", base=base, seed=4)
+    prompts = guided.guidance_state_dict()["0.prompts.decoder"]
+    with torch.no_grad():
+        got = guided.forward(batch).logits
+        want = reference_deep_prompt(base, batch, prompts)
+    assert float((got - want).abs().max()) <= 1e-5
