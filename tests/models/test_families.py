@@ -153,9 +153,12 @@ def test_unknown_architecture_is_one_line_listing_the_families():
 
 def test_bidirectional_gemma3_is_refused(tiny_base):
     config = tiny_base("tiny-gemma3").config.__class__(use_bidirectional_attention=True)
-    with pytest.raises(UsageError, match="cannot be captured exactly") as err:
-        adapter_for(config)
-    assert "\n" not in str(err.value)
+    for form in (config, config.to_dict()):  # a loaded config or config.json read before any download
+        with pytest.raises(UsageError, match="cannot be captured exactly") as err:
+            adapter_for(form)
+        assert "\n" not in str(err.value)
+    with pytest.raises(UnknownNameError):
+        adapter_for({"model_type": "gemma3"})  # the multimodal Gemma 3 is not the text family
     assert adapter_for(tiny_base("tiny-gemma3").config).family == "gemma3"
 
 

@@ -5,7 +5,8 @@ Decoder-only families are rows of data (``families.DECODER_LAYOUTS``) served by 
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from anchorlens.errors import UnknownNameError
 from anchorlens.models.adapters.base import ArchAdapter
@@ -27,10 +28,17 @@ ADAPTERS: dict[str, Callable[[], ArchAdapter]] = {
 FAMILIES: tuple[str, ...] = tuple(dict.fromkeys(factory().family for factory in ADAPTERS.values()))
 
 
-def adapter_for(model_type_or_config) -> ArchAdapter:
-    """The adapter for a HF ``model_type`` (or a config, whose settings are also checked); UnknownNameError lists the families."""
+def adapter_for(model_type_or_config: str | Mapping[str, Any] | Any) -> ArchAdapter:
+    """The adapter for a HF ``model_type``, or for a config (object or config.json dict) whose settings are also checked.
+
+    UnknownNameError (one line) lists the supported model types; a config whose attention anchorlens
+    cannot mirror exactly gets UsageError from ``check_config``.
+    """
     config = None if isinstance(model_type_or_config, str) else model_type_or_config
-    model_type = model_type_or_config if config is None else config.model_type
+    if config is None:
+        model_type = model_type_or_config
+    else:
+        model_type = config.get("model_type") if isinstance(config, Mapping) else getattr(config, "model_type", None)
     if model_type not in ADAPTERS:
         raise UnknownNameError(
             f"unsupported architecture {model_type!r}; anchorlens supports (model_type): {', '.join(ADAPTERS)}"

@@ -28,7 +28,7 @@ class ArchAdapter:
     block_args: tuple[str, ...] = ("hidden_states",)
 
     def check_config(self, config) -> None:
-        """Refuse (UsageError, one line) a configuration whose attention anchorlens cannot mirror exactly."""
+        """Refuse (UsageError, one line) a configuration (object or config.json dict) anchorlens cannot mirror exactly."""
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """The transformer blocks of ``stack``, in order (for ``cross``: the decoder blocks)."""

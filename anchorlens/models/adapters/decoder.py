@@ -13,6 +13,7 @@ model and its config, never guessed:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,9 +90,10 @@ class DecoderAdapter(ArchAdapter):
         self.block_args = layout.block_args
 
     def check_config(self, config) -> None:
-        """Refuse the layout's unmirrorable settings (one line naming the setting)."""
+        """Refuse the layout's unmirrorable settings (one line naming the setting); ``config``: object or dict."""
         for attr, value, why in self.layout.refuse:
-            if getattr(config, attr, None) == value:
+            setting = config.get(attr) if isinstance(config, Mapping) else getattr(config, attr, None)
+            if setting == value:
                 raise UsageError(f"{self.family} with {attr}={value!r} ({why}) cannot be captured exactly; use a causal {self.family} model")
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
