@@ -1,73 +1,158 @@
-"""The attention function anchorlens registers: sdpa for the output, exact probabilities on demand.
+"""The attention function anchorlens registers: the model's own attention math, exact probabilities on demand.
 
-The model keeps computing its output with PyTorch's scaled-dot-product attention. Only while a
-capture session is active, and only at selected sites, the probabilities are recomputed as
-softmax(q·kᵀ·scale + bias + mask) in float32 for the selected heads and handed to the session.
+Outside a capture session (and at sites that are not selected) the output is PyTorch's
+scaled-dot-product attention, exactly as with ``attn_implementation="sdpa"``. The recompute mirrors
+everything transformers passes to an attention function, as its ``eager_attention_forward`` does:
+``scaling`` (e.g. Gemma's ``query_pre_attn_scalar``), ``softcap`` (scores = tanh(scores / softcap) *
+softcap before the mask), sliding windows (in the boolean mask, or from ``sliding_window`` when the mask
+was skipped), ``s_aux`` attention sinks (one extra logit per head in the softmax, dropped afterwards),
+T5's ``position_bias`` and grouped-query heads.
+
+Where sdpa cannot compute a module's output (``softcap``, ``s_aux``, or a sliding window with no mask),
+the output is computed from the probabilities with eager math at *every* call of that module, so logits
+equal HF eager. At captured sites two modes exist (:class:`~anchorlens.capture.options.CaptureOptions`):
+
+- ``fast`` (default): probabilities of all heads are computed once and the output is ``probs @ V``.
+  Probabilities are exact; the output agrees with sdpa to float rounding (~1e-6), not bitwise.
+- ``strict``: the output is sdpa's, bit for bit, and probabilities are recomputed separately for the
+  selected heads only.
+
+Queries are processed in chunks so the float32 score buffers never exceed the memory budget.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
-from transformers.integrations.sdpa_attention import repeat_kv, sdpa_attention_forward
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
 from anchorlens.capture import session as _session
+from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 
 ATTN_IMPLEMENTATION = "anchorlens"
+_NEG = torch.finfo(torch.float32).min
+# float32 buffers of size [B, H, q, K] alive at once while a chunk is processed (scores, probs, temporaries)
+_BUFFERS_PER_CHUNK = 3
 
 
-def visible_keys(
-    query: torch.Tensor,
-    key: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    is_causal: bool,
-) -> torch.Tensor:
-    """[B|1, 1, Q, K] bool: which keys each query may see, from the model's mask (bool or additive)."""
-    q_len, k_len = query.shape[2], key.shape[2]
-    if attention_mask is None:
-        if is_causal:
-            offset = k_len - q_len
-            rows = torch.arange(q_len, device=query.device)[:, None] + offset
-            return (rows >= torch.arange(k_len, device=query.device)[None, :]).view(1, 1, q_len, k_len)
-        return torch.ones(1, 1, q_len, k_len, dtype=torch.bool, device=query.device)
-    if attention_mask.dtype == torch.bool:
-        mask = attention_mask
-    else:
-        mask = attention_mask > torch.finfo(attention_mask.dtype).min / 2
-    return mask[..., :k_len].expand(mask.shape[0], 1, q_len, k_len)
+@dataclass(frozen=True)
+class AttentionCall:
+    """One call of an attention module, normalized.
+
+    query: [B, H, Q, D]; key/value: [B, H_kv, K, D]; mask: None, bool [B|1, 1, Q, K'] (True = visible) or
+    additive float, K' >= K; position_bias: [B|1, H|1, Q, K'] or None; sinks: [H] or None.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: torch.Tensor | None
+    scaling: float
+    causal: bool
+    position_bias: torch.Tensor | None
+    softcap: float | None
+    window: int | None
+    sinks: torch.Tensor | None
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (grouped-query attention)."""
+        return self.query.shape[1] // self.key.shape[1]
+
+    @property
+    def needs_eager_output(self) -> bool:
+        """Whether sdpa cannot produce this call's output (soft-capping, sinks, an unmasked window)."""
+        window_skipped = (self.mask is None and self.window is not None and self.causal
+                          and self.window < self.key.shape[2])
+        return self.softcap is not None or self.sinks is not None or window_skipped
 
 
-def attention_probs(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None,
-    is_causal: bool,
-    position_bias: torch.Tensor | None,
-    heads: torch.Tensor | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Recompute probabilities [B, H_sel, Q, K] (float32) and the visibility mask [B|1, 1, Q, K]."""
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1:
-        key = repeat_kv(key, groups)
+def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
+    """[B|1, 1, q, K] bool: which keys queries ``start:stop`` may see (mask, causality, sliding window)."""
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    dev = call.query.device
+    if call.mask is not None:
+        mask = call.mask[..., start:stop, :k_len]
+        if mask.dtype != torch.bool:
+            mask = mask > torch.finfo(mask.dtype).min / 2
+        return mask
+    if not call.causal:
+        return torch.ones(1, 1, stop - start, k_len, dtype=torch.bool, device=dev)
+    rows = torch.arange(start, stop, device=dev)[:, None] + (k_len - q_len)  # absolute query positions
+    cols = torch.arange(k_len, device=dev)[None, :]
+    seen = rows >= cols
+    if call.window is not None:
+        seen &= cols > rows - call.window
+    return seen.view(1, 1, stop - start, k_len)
+
+
+def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
+    """Queries per chunk so that the float32 buffers [B, heads, rows, K] fit ``budget_bytes``."""
+    b, k = call.query.shape[0], call.key.shape[2]
+    per_row = b * max(heads, 1) * (k + 1) * 4 * _BUFFERS_PER_CHUNK
+    return max(1, min(call.query.shape[2], budget_bytes // per_row))
+
+
+def chunk_probs(call: AttentionCall, start: int, stop: int, heads: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probabilities [B, H_sel, q, K] float32 of queries ``start:stop`` and their visibility [B|1, 1, q, K].
+
+    Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32; rows of
+    queries that see no key are all zero.
+    """
+    query = call.query[:, :, start:stop]
+    key = call.key
+    bias = call.position_bias
+    sinks = call.sinks
     if heads is not None:
         query = query.index_select(1, heads)
-        key = key.index_select(1, heads) if key.shape[1] > 1 else key
-        if position_bias is not None and position_bias.shape[1] > 1:
-            position_bias = position_bias.index_select(1, heads)
-    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    scores = torch.matmul(query.float(), key.float().transpose(-1, -2)).mul_(scale)  # in place: one [B,H,Q,K] buffer
-    if position_bias is not None:
-        scores.add_(position_bias[..., : key.shape[2]].float())
-    visible = visible_keys(query, key, attention_mask, is_causal)
-    if attention_mask is not None and attention_mask.dtype != torch.bool:
-        scores.add_(attention_mask[..., : key.shape[2]].float().clamp_min(torch.finfo(torch.float32).min))
-    scores.masked_fill_(~visible, torch.finfo(torch.float32).min)
-    probs = torch.softmax(scores, dim=-1)
-    # Queries that see no key at all (fully padded rows) get all-zero rows, not uniform ones.
-    probs.mul_(visible.any(dim=-1, keepdim=True))
+        key = key.index_select(1, torch.div(heads, call.groups, rounding_mode="floor"))
+        if bias is not None and bias.shape[1] > 1:
+            bias = bias.index_select(1, heads)
+        if sinks is not None:
+            sinks = sinks.index_select(0, heads)
+        groups = 1
+    else:
+        groups = call.groups
+    b, h, q, d = query.shape
+    kv = key.shape[1]
+    # grouped heads share their key: [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
+    scores = torch.matmul(query.float().reshape(b, kv, groups * q, d), key.float().transpose(-1, -2))
+    scores = scores.view(b, h, q, -1).mul_(call.scaling)
+    if call.softcap is not None:
+        scores.div_(call.softcap).tanh_().mul_(call.softcap)
+    k_len = scores.shape[-1]
+    if bias is not None:
+        scores.add_(bias[..., start:stop, :k_len].float())
+    visible = visible_keys(call, start, stop)
+    if call.mask is not None and call.mask.dtype != torch.bool:
+        scores.add_(call.mask[..., start:stop, :k_len].float().clamp_min(_NEG))
+    scores.masked_fill_(~visible, _NEG)
+    if sinks is not None:
+        logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1).expand(b, h, q, 1)], dim=-1)
+        probs = torch.softmax(logits, dim=-1)[..., :k_len]
+    else:
+        probs = torch.softmax(scores, dim=-1)
+    probs.mul_(visible.any(dim=-1, keepdim=True))  # queries that see no key: zero rows, not uniform
     return probs, visible
+
+
+def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
+    """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K] (cast to the value dtype)."""
+    b, h, q, k = probs.shape
+    kv = call.value.shape[1]
+    weights = torch.nn.functional.dropout(probs, p=dropout, training=training).to(call.value.dtype)
+    out = torch.matmul(weights.reshape(b, kv, (h // kv) * q, k), call.value)  # [B, H_kv, G*q, D]
+    return out.view(b, h, q, -1).transpose(1, 2)
+
+
+def _sdpa_output(module, call: AttentionCall, dropout: float, is_causal: bool | None, kwargs: dict) -> torch.Tensor:
+    """[B, Q, H, D] from transformers' own sdpa path (the plain ``sdpa`` output, bit for bit)."""
+    output, _ = sdpa_attention_forward(module, call.query, call.key, call.value, call.mask, dropout=dropout,
+                                       scaling=call.scaling, is_causal=is_causal, position_bias=call.position_bias,
+                                       **kwargs)
+    return output
 
 
 def anchorlens_attention_forward(
@@ -80,37 +165,46 @@ def anchorlens_attention_forward(
     scaling: float | None = None,
     is_causal: bool | None = None,
     position_bias: torch.Tensor | None = None,
+    softcap: float | None = None,
+    sliding_window: int | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """Drop-in sdpa attention that also reports probabilities to the active capture session."""
+    """Attention with the model's eager semantics that also reports probabilities to the active session."""
     kwargs.pop("output_attentions", None)
-    output, _ = sdpa_attention_forward(
-        module,
-        query,
-        key,
-        value,
-        attention_mask,
-        dropout=dropout,
-        scaling=scaling,
-        is_causal=is_causal,
-        position_bias=position_bias,
-        **kwargs,
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    call = AttentionCall(
+        query, key, value, attention_mask,
+        scaling=query.shape[-1] ** -0.5 if scaling is None else float(scaling),
+        causal=bool(query.shape[2] > 1 and attention_mask is None and causal),
+        position_bias=position_bias, softcap=softcap, window=sliding_window, sinks=s_aux,
     )
     active = _session.current()
-    if active is None:
-        return output, None
-    site = active.site_of(module)
-    if site is None:
-        return output, None
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(query.shape[2] > 1 and attention_mask is None and causal)
-    with torch.no_grad():
-        probs, visible = attention_probs(
-            module, query.detach(), key.detach(), attention_mask, scaling, causal,
-            None if position_bias is None else position_bias.detach(), active.heads_tensor(query.device),
-        )
-    active.emit(site, probs, visible)
-    return output, None
+    site = None if active is None else active.site_of(module)
+    eager = call.needs_eager_output or (site is not None and active is not None and active.options.mode == "fast")
+    if not eager:
+        output = _sdpa_output(module, call, dropout, is_causal, kwargs)
+        if site is None or active is None:
+            return output, None
+    training = module.training
+    heads = None if active is None or site is None else active.heads_tensor(query.device)
+    # chunks cover all heads when the output comes from the probabilities, else only the selected ones
+    width = query.shape[1] if eager or heads is None else heads.numel()
+    budget = active.options.memory_budget if active is not None else DEFAULT_MEMORY_BUDGET
+    rows = chunk_rows(call, width, budget)
+    parts = []
+    with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
+        for start in range(0, call.query.shape[2], rows):
+            stop = min(start + rows, call.query.shape[2])
+            probs, visible = chunk_probs(call, start, stop, None if eager else heads)
+            if eager:
+                parts.append(output_from_probs(call, probs, dropout, training))
+            if site is not None and active is not None:
+                selected = probs if not eager or heads is None else probs.index_select(1, heads)
+                active.emit(site, selected.detach(), visible, start)
+    if eager:
+        output = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+    return output.contiguous(), None
 
 
 def register() -> str:
@@ -124,8 +218,8 @@ def install(model: torch.nn.Module) -> None:
     """Switch ``model`` to the anchorlens attention function (sdpa underneath); idempotent, lazy.
 
     Models load with plain sdpa; the first capture installs this function, which behaves exactly
-    like sdpa whenever no capture session is active.
+    like sdpa whenever no capture session is active (and like eager where sdpa cannot, see above).
     """
     register()
     if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
-        model.set_attn_implementation(ATTN_IMPLEMENTATION)
+        model.set_attn_implementation(ATTN_IMPLEMENTATION)  # type: ignore[operator]

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import warnings
-from typing import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from anchorlens.capture.maps import AttentionMaps
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.reducer import Reducer
 from anchorlens.capture.run import CaptureTarget, capture_batch
 from anchorlens.capture.selection import Selection
@@ -62,11 +63,12 @@ def stream_statistics(
     reducers: Sequence[Reducer],
     selection: Selection = Selection(),
     progress=None,
+    options: CaptureOptions = CaptureOptions(),
 ) -> Sequence[Reducer]:
     """Feed every batch's attention to ``reducers``; memory stays one batch of one site's maps."""
     sink = StreamSink(reducers)
     for batch in batches:
-        capture_batch(target, batch, sink, selection, need_logits=False)
+        capture_batch(target, batch, sink, selection, need_logits=False, options=options)
         if progress is not None:
             progress.update(batch.batch_size)
     return reducers
@@ -77,6 +79,7 @@ def collect_maps(
     batches: Iterable[Encoded],
     selection: Selection = Selection(),
     max_examples: int = 8,
+    options: CaptureOptions = CaptureOptions(),
 ) -> list[AttentionMaps]:
     """Full maps of the first ``max_examples`` examples (use for a handful, not for datasets)."""
     sink = MapSink(max_examples=max_examples)
@@ -84,6 +87,6 @@ def collect_maps(
     for batch in batches:
         if seen >= max_examples:
             break
-        capture_batch(target, batch, sink, selection, need_logits=False)
+        capture_batch(target, batch, sink, selection, need_logits=False, options=options)
         seen += batch.batch_size
     return sink.maps(dict(_base(target).adapter.stack_sequences))

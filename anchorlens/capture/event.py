@@ -1,4 +1,4 @@
-"""What capture hands to a sink for one attention call."""
+"""What capture hands to a sink for one attention call (or one chunk of its queries)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,12 +10,18 @@ from anchorlens.roles.layout import Layout
 
 @dataclass(frozen=True)
 class AttentionEvent:
-    """Attention probabilities of one (stack, layer) for one batch.
+    """Attention probabilities of one (stack, layer) for one batch, possibly for a slice of its queries.
 
-    probs: [B, H, Q, K] float32, rows sum to 1 over visible keys (0 elsewhere); only the selected
-    heads, whose model indices are ``heads`` ([H] long). visible: [B, 1, Q, K] bool, which keys each
-    query may attend to (causal and padding masks combined). layout: roles of queries ([B, Q]) and
-    keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
+    probs: [B, H, q, K] float32, rows sum to 1 over visible keys (0 elsewhere); only the selected
+    heads, whose model indices are ``heads`` ([H] long). visible: [B|1, 1, q, K] bool, which keys each
+    query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
+    ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
+
+    Chunking contract: when the recompute has a memory budget, one attention call arrives as several
+    events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
+    disjoint slices whose union is all queries. Everything in an event refers to its own slice, so a
+    reducer whose state is a sum over queries (every built-in one) is correct by simply adding each
+    event; a reducer that needs whole rows of queries at once must assemble them by ``query_start``.
     """
 
     stack: str
@@ -25,13 +31,26 @@ class AttentionEvent:
     visible: torch.Tensor
     layout: Layout
     example_ids: torch.Tensor
+    query_start: int = 0
+    query_total: int | None = None
 
     @property
     def query_valid(self) -> torch.Tensor:
-        """[B, Q] bool: queries that are real positions (not padding)."""
+        """[B, q] bool: queries of this event that are real positions (not padding)."""
         return self.layout.q.valid
 
     @property
     def key_valid(self) -> torch.Tensor:
         """[B, K] bool: keys that are real positions (not padding)."""
         return self.layout.k.valid
+
+    @property
+    def is_first_chunk(self) -> bool:
+        """Whether this event starts its attention call (always True without chunking)."""
+        return self.query_start == 0
+
+    @property
+    def is_last_chunk(self) -> bool:
+        """Whether this event ends its attention call (always True without chunking)."""
+        total = self.query_total if self.query_total is not None else self.probs.shape[2]
+        return self.query_start + self.probs.shape[2] >= total

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -17,13 +17,14 @@ def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, dict] = {}
     for i, (name, amap) in enumerate(maps.items()):
-        entry = {"name": name, "example_id": amap.example_id, "stacks": {}}
+        stacks: dict[str, dict] = {}
+        entry = {"name": name, "example_id": amap.example_id, "stacks": stacks}
         for stack, sm in amap.stacks.items():
             key = f"{i}/{stack}"
             tensors[f"{key}/probs"] = sm.probs.contiguous()
             tensors[f"{key}/q_roles"] = sm.q_roles.contiguous()
             tensors[f"{key}/k_roles"] = sm.k_roles.contiguous()
-            entry["stacks"][stack] = {"layers": sm.layers, "heads": sm.heads, "q_tokens": sm.q_tokens, "k_tokens": sm.k_tokens}
+            stacks[stack] = {"layers": sm.layers, "heads": sm.heads, "q_tokens": sm.q_tokens, "k_tokens": sm.k_tokens}
         meta[str(i)] = entry
     st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
     save_file(tensors, str(st))

@@ -1,7 +1,8 @@
 """The open reducer protocol: streaming statistics that plug into capture by name."""
 from __future__ import annotations
 
-from typing import Callable, Protocol, runtime_checkable
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
@@ -24,7 +25,7 @@ class Reducer(Protocol):
         """Fold one batch's attention at one site into the state."""
         ...
 
-    def merge(self, other: "Reducer") -> None:
+    def merge(self, other: Reducer) -> None:
         """Add the state of another reducer of the same kind and options."""
         ...
 

@@ -7,6 +7,7 @@ from typing import Protocol
 import torch
 
 from anchorlens.capture.attention_fn import install
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
 from anchorlens.roles.encoding import Encoded
@@ -38,7 +39,12 @@ def _skip_lm_head(model: torch.nn.Module) -> dict:
 
 
 def capture_batch(
-    target: CaptureTarget, batch: Encoded, sink: Sink, selection: Selection = Selection(), need_logits: bool = True
+    target: CaptureTarget,
+    batch: Encoded,
+    sink: Sink,
+    selection: Selection = Selection(),
+    need_logits: bool = True,
+    options: CaptureOptions = CaptureOptions(),
 ):
     """Forward one batch with capture active; returns the model's outputs.
 
@@ -50,6 +56,7 @@ def capture_batch(
     batch = batch.to(target.device)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)
-    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection)
+    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection,
+                             options.resolved(need_logits))
     with activate(session), torch.no_grad():
         return target.forward(batch, **kwargs)

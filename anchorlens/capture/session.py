@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import contextvars
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 import torch
 
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
-from anchorlens.roles.layout import LayoutProvider
+from anchorlens.roles.layout import Layout, LayoutProvider, SequenceRoles
 
-_ACTIVE: contextvars.ContextVar["CaptureSession | None"] = contextvars.ContextVar("anchorlens_capture", default=None)
+_ACTIVE: contextvars.ContextVar[CaptureSession | None] = contextvars.ContextVar("anchorlens_capture", default=None)
 
 
 class Sink(Protocol):
@@ -32,6 +34,7 @@ class CaptureSession:
         layout: LayoutProvider,
         example_ids: torch.Tensor,
         selection: Selection = Selection(),
+        options: CaptureOptions = CaptureOptions(),
     ) -> None:
         layers_per_stack: dict[str, int] = {}
         for site, _ in sites:
@@ -45,6 +48,7 @@ class CaptureSession:
         self.layout = layout
         self.example_ids = example_ids
         self.heads = selection.heads
+        self.options = options
         self._heads_cache: dict[torch.device, torch.Tensor] = {}
 
     @property
@@ -64,18 +68,25 @@ class CaptureSession:
             self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
         return self._heads_cache[device]
 
-    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor) -> None:
-        """Build the event for ``probs`` [B, H, Q, K] at ``site`` and hand it to the sink."""
+    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor, query_start: int = 0) -> None:
+        """Build the event for ``probs`` [B, H, q, K] (queries ``query_start:query_start+q``) and hand it on."""
         heads = self.heads_tensor(probs.device)
         if heads is None:
             heads = torch.arange(probs.shape[1], device=probs.device)
         layout = self.layout.layout(site.stack, site.layer)
-        if layout.q.roles.shape[1] != probs.shape[2] or layout.k.roles.shape[1] != probs.shape[3]:
+        q_total = layout.q.roles.shape[1]
+        q_len = probs.shape[2]
+        if query_start + q_len > q_total or layout.k.roles.shape[1] != probs.shape[3]:
             raise RuntimeError(
-                f"capture at {site.name}: attention is {tuple(probs.shape[2:])} (queries, keys) but the "
-                f"layout knows {layout.q.roles.shape[1]} queries and {layout.k.roles.shape[1]} keys"
+                f"capture at {site.name}: attention is {tuple(probs.shape[2:])} (queries, keys) from query "
+                f"{query_start} but the layout knows {q_total} queries and {layout.k.roles.shape[1]} keys"
             )
-        self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids))
+        if q_len != q_total:
+            stop = query_start + q_len
+            layout = Layout(SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]),
+                            layout.k)
+        self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids,
+                                         query_start, q_total))
 
 
 def current() -> CaptureSession | None:

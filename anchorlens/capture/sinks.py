@@ -1,7 +1,7 @@
 """Sinks that consume attention events: full maps for a few examples, or streaming reducers."""
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 
@@ -48,7 +48,7 @@ class MapSink:
         for row, ex in enumerate(batch.example_ids.tolist()):
             valid = batch.attention_mask[row].bool().tolist()
             seqs = {"input": [t for t, v in zip(batch.tokens[row], valid) if v]}
-            if batch.target_ids is not None:
+            if batch.target_ids is not None and batch.target_mask is not None:
                 seqs["target"] = [str(i) for i, v in zip(batch.target_ids[row].tolist(), batch.target_mask[row].tolist()) if v]
             self._tokens[ex] = seqs
 

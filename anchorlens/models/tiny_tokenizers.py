@@ -160,7 +160,7 @@ _BUILDERS: dict[str, Callable[[], PreTrainedTokenizerFast]] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trained(style: str) -> tuple[str, dict]:
     """Backend JSON and wrapper settings of one style, trained once per process."""
     wrapper = _BUILDERS[style]()

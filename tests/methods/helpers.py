@@ -10,7 +10,7 @@ class Collect:
     """Sink that keeps every event (tests only)."""
 
     def __init__(self) -> None:
-        self.events = []
+        self.events: list = []
 
     def consume(self, event) -> None:
         self.events.append(event)
@@ -54,3 +54,62 @@ def masked_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     """Mean over valid positions: x [B, T, d], valid [B, T] -> [B, d]."""
     w = valid.float().unsqueeze(-1)
     return (x * w).sum(1) / w.sum(1)
+
+
+class _Stop(Exception):
+    """Raised by a hook once the block of interest has run (the rest of the forward is not needed)."""
+
+
+def _hidden_arg(args: tuple, kwargs: dict) -> torch.Tensor:
+    return args[0] if args else kwargs["hidden_states"]
+
+
+def _with_hidden(args: tuple, kwargs: dict, hidden: torch.Tensor) -> tuple[tuple, dict]:
+    if args:
+        return (hidden, *args[1:]), kwargs
+    return args, {**kwargs, "hidden_states": hidden}
+
+
+def _block_output(output) -> torch.Tensor:
+    return output[0] if isinstance(output, tuple) else output
+
+
+def run_block(model, block, input_ids=None, attention_mask=None, *, inputs=None, mask=None, read="output", output=None):
+    """Run one decoder block inside the HF model's own forward, so masks, positions and rotary are the model's.
+
+    - ``read="input"``: hidden states [B, T, d] entering ``block`` in a plain forward of ``input_ids``.
+    - ``read="output"``: the output [B, L, d] of ``block`` fed ``inputs`` [B, L, d] with 2D ``mask`` [B, L]
+      (the model sees a length-L input; earlier blocks run on zeros and are ignored).
+    - ``read="logits"``: logits [B, T, V] of a plain forward of ``input_ids`` whose ``block`` (the last)
+      outputs ``output`` [B, T, d]: final norm, head and soft-capping are the model's.
+    """
+    seen: dict = {}
+
+    def pre(module, args, kwargs):
+        if read == "input":
+            seen["x"] = _hidden_arg(args, kwargs)
+            raise _Stop
+        if read == "output":
+            return _with_hidden(args, kwargs, inputs)
+        return None
+
+    def post(module, args, kwargs, out):
+        if read == "output":
+            seen["x"] = _block_output(out)
+            raise _Stop
+        return (output, *out[1:]) if isinstance(out, tuple) else output
+
+    handles = [block.register_forward_pre_hook(pre, with_kwargs=True), block.register_forward_hook(post, with_kwargs=True)]
+    try:
+        if read == "output":
+            model(inputs_embeds=torch.zeros_like(inputs), attention_mask=mask, use_cache=False)
+        else:
+            out = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+            if read == "logits":
+                return out.logits
+    except _Stop:
+        return seen["x"]
+    finally:
+        for h in handles:
+            h.remove()
+    raise AssertionError(f"block never ran (read={read})")

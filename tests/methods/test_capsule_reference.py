@@ -5,52 +5,65 @@ import pytest
 import torch
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 
-from anchorlens.methods import Capsule, GuidedModel
+from anchorlens.methods.spec import load_guided
+from anchorlens.models.tiny import TINY_BASES
 
-from .helpers import after_last_valid, drop_rows, first_valid, insert_rows, masked_mean, rte_batch
+from .helpers import after_last_valid, drop_rows, first_valid, insert_rows, masked_mean, rte_batch, run_block
 
 TOL = 1e-5
+DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
 
 
-def _random_capsule(base, **kw) -> GuidedModel:
-    """A capsule with nonzero p so the learned part is exercised too."""
-    return GuidedModel(base, [Capsule(init="random", **kw)], seed=3)
+def _random_capsule(base, position: str = "first"):
+    """A capsule with nonzero p (N(0, 0.02)) so the learned part is exercised too."""
+    return load_guided(f"capsule:init=random,pos={position}", base=base, seed=3)
+
+
+def _p(guided, stack: str) -> torch.Tensor:
+    """The capsule's p for ``stack``: [layers, d]."""
+    return guided.guidance_state_dict()[f"0.p.{stack}"]
 
 
 def _index(mask, position):
     return first_valid(mask) if position == "first" else after_last_valid(mask)
 
 
+def capsule_mean(out: torch.Tensor, valid_with_capsule: torch.Tensor) -> torch.Tensor:
+    """Mean(S_{i-1} ⊕ H_{i-1}): layer i-1's output [B, T+1, d] averaged over the capsule and the valid inputs."""
+    return masked_mean(out, valid_with_capsule)
+
+
 def reference_decoder_only(base, batch, p: torch.Tensor, position: str) -> torch.Tensor:
-    """Logits [B, T, V] of a Llama-family model with S_i spliced before every layer by hand."""
-    m = base.model
-    x = m.model.embed_tokens(batch.input_ids)
+    """Logits [B, T, V] with S_i spliced before every layer by hand, each layer run by the HF model itself.
+
+    S_1 = p_1 + Mean(E) (E: the hidden states entering layer 1), S_i = p_i + Mean(S_{i-1} ⊕ H_{i-1}).
+    ``run_block`` evaluates one layer inside a full HF forward over the concatenated T+1 positions, so
+    masks (sliding windows included), position ids and rotary (per layer type) are the model's own.
+    """
+    blocks = base.adapter.blocks(base.model, "decoder")
     valid = batch.attention_mask.bool()
     index = _index(batch.attention_mask, position)
-    pooled = None
-    for i, layer in enumerate(m.model.layers):
-        mean = masked_mean(x, valid) if pooled is None else pooled  # Mean(E) or Mean(S_{i-1} ⊕ H_{i-1})
+    x = run_block(base.model, blocks[0], batch.input_ids, batch.attention_mask, read="input")
+    vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]))
+    mean = masked_mean(x, valid)  # Mean(E)
+    for i, block in enumerate(blocks):
         s = (p[i] + mean).unsqueeze(1)  # S_i = p_i + Mean(...)
-        xn = insert_rows(x, index, s)
-        vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]))
-        pos = torch.arange(xn.shape[1]).unsqueeze(0)
-        mask = create_causal_mask(config=m.config, inputs_embeds=xn, attention_mask=vn.long(), cache=None, position_ids=pos)
-        out = layer(xn, attention_mask=mask, position_ids=pos, position_embeddings=m.model.rotary_emb(xn, pos))
-        pooled = masked_mean(out, vn)
+        out = run_block(base.model, block, inputs=insert_rows(x, index, s), mask=vn.long())
+        mean = capsule_mean(out, vn)
         x = drop_rows(out, index, 1)
-    return m.lm_head(m.model.norm(x))
+    return run_block(base.model, blocks[-1], batch.input_ids, batch.attention_mask, read="logits", output=x)
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize("name", DECODERS)
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 @pytest.mark.parametrize("position", ["first", "last"])
 def test_capsule_equals_hand_loop_decoder_only(tiny_base, name, padding_side, position):
     base = tiny_base(name)
     batch = rte_batch(base, padding_side)
-    guided = _random_capsule(base, position=position)
+    guided = _random_capsule(base, position)
     with torch.no_grad():
         got = guided.forward(batch).logits
-        want = reference_decoder_only(base, batch, guided.guidances[0].p["decoder"], position)
+        want = reference_decoder_only(base, batch, _p(guided, "decoder"), position)
     valid = batch.attention_mask.bool()
     diff = float((got - want).abs()[valid].max())
     print(f"capsule {name} {padding_side} {position}: max abs diff {diff:.2e}")
@@ -66,13 +79,13 @@ def reference_t5(base, batch, p_enc: torch.Tensor, p_dec: torch.Tensor, position
     index = _index(batch.attention_mask, position)
     pooled = None
     for i, block in enumerate(enc.block):
-        mean = masked_mean(x, valid) if pooled is None else pooled
+        mean = masked_mean(x, valid) if pooled is None else pooled  # Mean(E) or Mean(S_{i-1} ⊕ H_{i-1})
         xn = insert_rows(x, index, (p_enc[i] + mean).unsqueeze(1))
         vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]))
         mask = create_bidirectional_mask(config=enc.config, inputs_embeds=xn, attention_mask=vn.long())
         bias = enc.block[0].layer[0].SelfAttention.compute_bias(xn.shape[1], xn.shape[1])
         out = block(xn, mask, bias)[0]
-        pooled = masked_mean(out, vn)
+        pooled = capsule_mean(out, vn)
         x = drop_rows(out, index, 1)
     enc_out = enc.final_layer_norm(x)
     # decoder side: capsule first (target has no padding here)
@@ -90,7 +103,7 @@ def reference_t5(base, batch, p_enc: torch.Tensor, p_dec: torch.Tensor, position
         )
         bias = dec.block[0].layer[0].SelfAttention.compute_bias(yn.shape[1], yn.shape[1])
         out = block(yn, self_mask, bias, enc_out, cross_mask, None)[0]
-        pooled = masked_mean(out, vn)
+        pooled = capsule_mean(out, vn)
         y = drop_rows(out, tindex, 1)
     h = dec.final_layer_norm(y)
     if m.config.scale_decoder_outputs:
@@ -103,11 +116,10 @@ def reference_t5(base, batch, p_enc: torch.Tensor, p_dec: torch.Tensor, position
 def test_capsule_equals_hand_loop_t5(tiny_base, padding_side, position):
     base = tiny_base("tiny-t5")
     batch = rte_batch(base, padding_side)
-    guided = _random_capsule(base, position=position)
-    g = guided.guidances[0]
+    guided = _random_capsule(base, position)
     with torch.no_grad():
         out = guided.forward(batch)
-        enc_want, logits_want = reference_t5(base, batch, g.p["encoder"], g.p["decoder"], position)
+        enc_want, logits_want = reference_t5(base, batch, _p(guided, "encoder"), _p(guided, "decoder"), position)
     valid = batch.attention_mask.bool()
     enc_diff = float((out.encoder_last_hidden_state - enc_want).abs()[valid].max())
     dec_diff = float((out.logits - logits_want).abs().max())
@@ -119,9 +131,8 @@ def test_untrained_capsule_is_the_mean_token(tiny_base):
     """p = 0: the first layer's capsule is exactly Mean(E)."""
     base = tiny_base("tiny-llama")
     batch = rte_batch(base, "left")
-    guided = GuidedModel(base, [Capsule()])
-    g = guided.guidances[0]
-    assert float(g.p["decoder"].detach().abs().max()) == 0.0
+    guided = load_guided("capsule", base=base)
+    assert float(_p(guided, "decoder").abs().max()) == 0.0
     seen = {}
     norm = base.model.model.layers[0].input_layernorm  # sees the spliced sequence entering layer 0
     handle = norm.register_forward_pre_hook(lambda mod, args: seen.setdefault("x", args[0]))

@@ -4,9 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from anchorlens.methods import GuidedModel, InstanceToken, SoftPrompt
+from anchorlens.methods.spec import load_guided
+from anchorlens.models.tiny import TINY_BASES
 
 from .helpers import drop_rows, first_valid, insert_rows, masked_mean, rte_batch
+
+DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
 
 
 def _concat_logits(base, batch, vectors: torch.Tensor, index: list[int]) -> torch.Tensor:
@@ -18,41 +21,42 @@ def _concat_logits(base, batch, vectors: torch.Tensor, index: list[int]) -> torc
     return drop_rows(logits, index, vectors.shape[1])
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2", "tiny-gpt2"])
+@pytest.mark.parametrize("name", DECODERS)
 @pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_one_soft_prompt_token_equals_inputs_embeds_concatenation(tiny_base, name, padding_side):
+@pytest.mark.parametrize("n", [1, 3])
+def test_soft_prompt_equals_inputs_embeds_concatenation(tiny_base, name, padding_side, n):
     base = tiny_base(name)
     batch = rte_batch(base, padding_side)
-    guided = GuidedModel(base, [SoftPrompt(1, init="random")], seed=1)
-    prompt = guided.guidances[0].prompt.detach()
+    guided = load_guided(f"prompt:n={n},init=random", base=base, seed=1)
+    prompt = guided.guidance_state_dict()["0.prompt"]  # [n, d]
     with torch.no_grad():
         got = guided.forward(batch).logits
-        want = _concat_logits(base, batch, prompt.expand(batch.batch_size, 1, -1), first_valid(batch.attention_mask))
+        want = _concat_logits(base, batch, prompt.expand(batch.batch_size, n, -1), first_valid(batch.attention_mask))
     diff = float((got - want).abs().max())
-    print(f"soft prompt n=1 {name} {padding_side}: max abs diff {diff:.2e}")
+    print(f"soft prompt n={n} {name} {padding_side}: max abs diff {diff:.2e}")
     assert diff == 0.0
 
 
+@pytest.mark.parametrize("name", DECODERS)
 @pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_instance_token_equals_concatenated_mean(tiny_base, padding_side):
-    base = tiny_base("tiny-llama")
+def test_instance_token_equals_concatenated_mean(tiny_base, name, padding_side):
+    base = tiny_base(name)
     batch = rte_batch(base, padding_side)
-    guided = GuidedModel(base, [InstanceToken()])
+    guided = load_guided("instance", base=base)
     with torch.no_grad():
         got = guided.forward(batch).logits
         embeds = base.model.get_input_embeddings()(batch.input_ids)
         mean = masked_mean(embeds, batch.attention_mask.bool()).unsqueeze(1)
         want = _concat_logits(base, batch, mean, first_valid(batch.attention_mask))
     diff = float((got - want).abs().max())
-    print(f"instance {padding_side}: max abs diff {diff:.2e}")
+    print(f"instance {name} {padding_side}: max abs diff {diff:.2e}")
     assert diff <= 1e-6
 
 
 def test_instance_chunks_are_chunk_means(tiny_base):
     base = tiny_base("tiny-llama")
     batch = rte_batch(base, "left")
-    g = InstanceToken(k=3, mode="chunks")
-    GuidedModel(base, [g])
+    g = load_guided("instance:k=3,mode=chunks", base=base).guidances[0]
     embeds = base.model.get_input_embeddings()(batch.input_ids)
     vecs = g.input_vectors(embeds, batch.attention_mask.bool())
     assert vecs.shape == (batch.batch_size, 3, base.hidden_size)

@@ -19,7 +19,7 @@ TEXT = "premise: The cat sat.\nanswer:"
 def _ids(style: str, text: str = TEXT) -> list[str]:
     """Token strings of ``text`` with special tokens added."""
     tok = tiny_tokenizer(style)
-    return tok.convert_ids_to_tokens(tok(text)["input_ids"])
+    return list(tok.convert_ids_to_tokens(tok(text)["input_ids"]))
 
 
 @pytest.mark.parametrize("style", STYLES)

@@ -1,8 +1,6 @@
 """The architecture adapter: the one place that knows where an architecture keeps things."""
 from __future__ import annotations
 
-from typing import ClassVar
-
 import torch
 
 from anchorlens.models.adapters.site import Site
@@ -13,20 +11,24 @@ from anchorlens.roles.encoding import Encoded
 class ArchAdapter:
     """Knows an architecture's attention sites, blocks, embeddings and how to run it on a batch.
 
-    Subclasses set ``family``, ``model_types`` and ``stack_sequences`` (each stack's query and key
-    sequence names, ``input`` or ``target``) and implement ``blocks``/``attention_module``.
+    Subclasses (or instances built from data, see ``decoder.DecoderAdapter``) set ``family``,
+    ``model_types`` and ``stack_sequences`` (each stack's query and key sequence names, ``input`` or
+    ``target``) and implement ``blocks``/``attention_module``.
     """
 
-    family: ClassVar[str] = ""
-    model_types: ClassVar[tuple[str, ...]] = ()
-    stack_sequences: ClassVar[dict[str, tuple[str, str]]] = {}
-    causal: ClassVar[bool] = True
+    family: str = ""
+    model_types: tuple[str, ...] = ()
+    stack_sequences: dict[str, tuple[str, str]] = {}
+    causal: bool = True
     # Guidance (inserted positions). ``guidance_stacks``: self-attention stacks whose blocks accept
     # per-layer inserted positions; ``block_args``: the block forward's positional parameter names.
-    supports_guidance: ClassVar[bool] = True
-    supports_prefix: ClassVar[bool] = False
-    guidance_stacks: ClassVar[tuple[str, ...]] = ()
-    block_args: ClassVar[tuple[str, ...]] = ("hidden_states",)
+    supports_guidance: bool = True
+    supports_prefix: bool = False
+    guidance_stacks: tuple[str, ...] = ()
+    block_args: tuple[str, ...] = ("hidden_states",)
+
+    def check_config(self, config) -> None:
+        """Refuse (UsageError, one line) a configuration (object or config.json dict) anchorlens cannot mirror exactly."""
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """The transformer blocks of ``stack``, in order (for ``cross``: the decoder blocks)."""
@@ -38,7 +40,8 @@ class ArchAdapter:
 
     def embeddings(self, model: torch.nn.Module) -> torch.nn.Module:
         """The input token embedding module."""
-        return model.get_input_embeddings()
+        embeddings: torch.nn.Module = model.get_input_embeddings()  # type: ignore[operator]
+        return embeddings
 
     def stacks(self) -> tuple[str, ...]:
         """Names of this architecture's attention stacks."""
@@ -130,25 +133,27 @@ class ArchAdapter:
         splice: Splice,
         valid: torch.Tensor,
         memo: dict,
+        layer: int | None = None,
     ) -> tuple[tuple, dict]:
         """Block arguments for the spliced hidden states [B, T+N, d]: mask and position ids extended.
 
         valid: [B, T+N] bool validity of the spliced sequence; memo: per-forward cache shared by
-        all layers (the same splice recurs at every layer).
+        all layers (the same splice recurs at every layer); layer: the block's index in ``stack``
+        (families whose blocks differ per layer, e.g. sliding/global attention, need it).
         """
         args, kwargs = self.set_arg(args, kwargs, "hidden_states", hidden)
         mask = self.get_arg(args, kwargs, "attention_mask")
         if mask is not None:
-            key = ("mask", stack, id(splice), id(mask))
-            if key not in memo:
-                memo[key] = (mask, splice.mask(mask, self.stack_causal(stack), valid))
-            args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[key][1])
+            mask_key = ("mask", stack, id(splice), id(mask))
+            if mask_key not in memo:
+                memo[mask_key] = (mask, splice.mask(mask, self.stack_causal(stack), valid))
+            args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[mask_key][1])
         pos = kwargs.get("position_ids")
         if pos is not None:
-            key = ("pos", stack, id(splice))
-            if key not in memo:
-                memo[key] = splice.positions(pos)
-            kwargs = {**kwargs, "position_ids": memo[key]}
+            pos_key = ("pos", stack, id(splice))
+            if pos_key not in memo:
+                memo[pos_key] = splice.positions(pos)
+            kwargs = {**kwargs, "position_ids": memo[pos_key]}
         return args, kwargs
 
     def block_output_hidden(self, output) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Adapter for BERT-style bidirectional encoders."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from anchorlens.models.adapters.base import ArchAdapter
@@ -15,7 +17,7 @@ class BertAdapter(ArchAdapter):
     causal = False
     supports_guidance = False
 
-    def _core(self, model: torch.nn.Module) -> torch.nn.Module:
+    def _core(self, model: torch.nn.Module) -> Any:
         return model.bert if hasattr(model, "bert") else model
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
@@ -24,4 +26,5 @@ class BertAdapter(ArchAdapter):
 
     def attention_module(self, block: torch.nn.Module, stack: str) -> torch.nn.Module:
         """``block.attention.self``."""
-        return block.attention.self
+        layer: Any = block
+        return layer.attention.self

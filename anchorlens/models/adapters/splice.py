@@ -8,6 +8,7 @@ states, roles, masks and position ids, so they cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import overload
 
 import torch
 
@@ -19,6 +20,19 @@ def _gather_seq(x: torch.Tensor, index: torch.Tensor, dim: int = 1) -> torch.Ten
     view = [index.shape[0]] + [1] * (x.dim() - 1)
     view[dim] = index.shape[1]
     return x.gather(dim, index.view(view).expand(shape))
+
+
+def visible_of(mask: torch.Tensor) -> torch.Tensor:
+    """Boolean visibility of a mask that is boolean or additive (0 visible, dtype min hidden)."""
+    return mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+
+
+def like_mask(visible: torch.Tensor, template: torch.Tensor) -> torch.Tensor:
+    """``visible`` (bool) in the form of ``template``: boolean, or additive in its dtype."""
+    if template.dtype == torch.bool:
+        return visible
+    low = torch.finfo(template.dtype).min
+    return torch.zeros(visible.shape, dtype=template.dtype, device=visible.device).masked_fill(~visible, low)
 
 
 @dataclass(frozen=True)
@@ -36,7 +50,7 @@ class Splice:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def insert(cls, index: torch.Tensor, count: int, old_len: int) -> "Splice":
+    def insert(cls, index: torch.Tensor, count: int, old_len: int) -> Splice:
         """Insert ``count`` slots before per-example ``index`` ([B] long, 0..T)."""
         b = index.shape[0]
         pos = torch.arange(old_len + count, device=index.device).expand(b, -1)
@@ -46,7 +60,7 @@ class Splice:
         slot = torch.where(inserted, pos - start, torch.full_like(pos, -1))
         return cls(src, slot, old_len)
 
-    def then(self, other: "Splice") -> "Splice":
+    def then(self, other: Splice) -> Splice:
         """This splice followed by ``other`` (whose old sequence is this one's new sequence)."""
         from_old = other.src >= 0
         idx = other.src.clamp_min(0)
@@ -138,8 +152,13 @@ class Splice:
             return t.expand(b, t.shape[1], self.old_len, t.shape[3])
         return _gather_seq(t.expand(b, *t.shape[1:]), self.keep_index(), dim=2)
 
+    @overload
+    def mask(self, mask: None, causal: bool, valid: torch.Tensor) -> None: ...
+    @overload
+    def mask(self, mask: torch.Tensor, causal: bool, valid: torch.Tensor) -> torch.Tensor: ...
+
     def mask(self, mask: torch.Tensor | None, causal: bool, valid: torch.Tensor) -> torch.Tensor | None:
-        """Extend a boolean attention mask [B|1, 1, T|1, P+T] to [B, 1, T+N, P+T+N].
+        """Extend an attention mask [B|1, 1, T|1, P+T] (boolean, or additive as eager builds it) to [B, 1, T+N, P+T+N].
 
         P leading key columns (a prefilled prefix) are kept and stay visible to inserted queries.
         Old query/key pairs keep their old entries; inserted keys are visible to every query
@@ -149,8 +168,8 @@ class Splice:
         """
         if mask is None:
             return None
-        if mask.dtype != torch.bool:
-            raise TypeError(f"anchorlens splices boolean masks only; got {mask.dtype}")
+        if mask.dtype != torch.bool:  # additive (eager) mask: 0 visible, dtype min hidden
+            return like_mask(self.mask(visible_of(mask), causal, valid), mask)
         b, t, tn = self.src.shape[0], self.old_len, self.new_len
         past = mask.shape[-1] - t
         m = mask.expand(b, 1, t, mask.shape[-1])

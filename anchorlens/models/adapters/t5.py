@@ -1,8 +1,11 @@
 """Adapter for T5 encoder-decoder models (relative position bias; three attention stacks)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from anchorlens.errors import UsageError
 from anchorlens.models.adapters.base import ArchAdapter
 from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
@@ -31,24 +34,26 @@ class T5Adapter(ArchAdapter):
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """Encoder blocks for ``encoder``; decoder blocks for ``decoder`` and ``cross``."""
-        side = model.encoder if stack == "encoder" else model.decoder
+        t5: Any = model
+        side = t5.encoder if stack == "encoder" else t5.decoder
         return list(side.block)
 
     def attention_module(self, block: torch.nn.Module, stack: str) -> torch.nn.Module:
         """``layer[0].SelfAttention`` or, for ``cross``, ``layer[1].EncDecAttention``."""
+        t5_block: Any = block
         if stack == "cross":
-            return block.layer[1].EncDecAttention
-        return block.layer[0].SelfAttention
+            return t5_block.layer[1].EncDecAttention
+        return t5_block.layer[0].SelfAttention
 
     def model_inputs(self, batch: Encoded) -> dict[str, torch.Tensor]:
         """Encoder inputs plus decoder inputs (the batch's target side)."""
         if batch.target_ids is None:
-            raise ValueError("a T5 base needs decoder inputs: encode the batch with a target side")
+            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
         return {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "decoder_input_ids": batch.target_ids,
-            "decoder_attention_mask": batch.target_mask,
+            "decoder_attention_mask": batch.target_mask,  # type: ignore[dict-item]
         }
 
     def forward(self, model: torch.nn.Module, batch: Encoded, **kwargs):
@@ -62,9 +67,9 @@ class T5Adapter(ArchAdapter):
     def forward_embeds(self, model, batch: Encoded, inputs_embeds, attention_mask, cache=None, **kwargs):
         """Encoder from embeddings [B, T', d] and mask [B, T']; decoder from the batch's target ids."""
         if cache is not None:
-            raise ValueError("T5 takes no key-only prefix cache in anchorlens")
+            raise UsageError("T5 takes no key-only prefix cache in anchorlens: use prefix tuning on a decoder-only base")
         if batch.target_ids is None:
-            raise ValueError("a T5 base needs decoder inputs: encode the batch with a target side")
+            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
         return model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -78,13 +83,13 @@ class T5Adapter(ArchAdapter):
         """Relative position bias [1, H, L, L] of ``stack`` for ``length`` positions (block 0's table)."""
         key = ("t5bias", stack, length)
         if key not in memo:
-            attn = self.blocks(model, stack)[0].layer[0].SelfAttention
+            attn: Any = self.attention_module(self.blocks(model, stack)[0], stack)
             memo[key] = attn.compute_bias(length, length, device=device)
         return memo[key]
 
-    def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo):
+    def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo, layer=None):
         """Also recompute the relative position bias for T+N and extend cross-attention rows."""
-        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo)
+        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo, layer)
         bias = self._bias(model, stack, splice.new_len, hidden.device, memo)
         args, kwargs = self.set_arg(args, kwargs, "position_bias", bias)
         for name in ("encoder_attention_mask", "encoder_decoder_position_bias"):
