@@ -6,16 +6,23 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from anchorlens.models.adapters.site import Site
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
+from anchorlens.methods.config import MethodConfig
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
 from anchorlens.methods.runtime import LayerSplicer
+from anchorlens.models.adapters.site import Site
+from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
+from anchorlens.roles.kinds import Role
+
+FIRST_TOKEN_ANCHOR = "first_token"
 
 
 class GuidedModel:
-    """A base with guidances; implements the capture-target protocol (``device``, ``sites``, ``layout``, ``forward``).
+    """A base with guidances (none: the base itself); the capture target and the one model type of evaluation.
+
+    Implements the capture-target protocol (``device``, ``sites``, ``layout``, ``forward``).
 
     Only the guidances' parameters train; the base stays frozen. ``forward`` returns the HF
     output with ``.logits`` re-aligned to the batch's input positions (decoder-only: [B, T, V],
@@ -23,14 +30,14 @@ class GuidedModel:
     keep the inserted input-level positions.
     """
 
-    def __init__(self, base, guidances: Iterable[Guidance] = (), seed: int = 0) -> None:
-        guidances = list(guidances)
+    def __init__(self, base: Base, guidances: Iterable[Guidance | MethodConfig] = (), seed: int = 0) -> None:
+        guidances = [g.build() if isinstance(g, MethodConfig) else g for g in guidances]
         if guidances and not base.adapter.supports_guidance:
             raise UsageError(
                 f"guidance ({', '.join(g.kind for g in guidances)}) is not supported on {base.adapter.family} bases "
                 f"({base.spec}): they are capture-only; use a decoder-only or T5 base"
             )
-        self.base = base
+        self.base: Base = base
         generator = torch.Generator().manual_seed(seed)
         for g in guidances:
             if not isinstance(g, Guidance):
@@ -144,6 +151,20 @@ class GuidedModel:
         g = prefixes[0]
         layers = g.layers[g.stacks[0]]
         return DynamicCache([g.prefix_kv(layer, batch_size, dtype) for layer in range(layers)])
+
+    # ------------------------------------------------------------------ anchors (one rule for every caller)
+    def anchor_roles(self) -> tuple[Role, ...]:
+        """Roles of the inserted guidances, in insertion order, each once."""
+        return tuple(dict.fromkeys(Role(g.role) for g in self.guidances))
+
+    def anchors(self) -> tuple[str, ...]:
+        """Anchors worth reporting: ``first_token`` plus each inserted guidance role's label, in order, once."""
+        return (FIRST_TOKEN_ANCHOR, *(r.label for r in self.anchor_roles()))
+
+    def entropy_anchor(self) -> str | None:
+        """The role whose queries' entropy is reported: the first guidance role (None without guidance)."""
+        roles = self.anchor_roles()
+        return roles[0].label if roles else None
 
     # ------------------------------------------------------------------ parameters
     def trainable_parameters(self) -> list[nn.Parameter]:
