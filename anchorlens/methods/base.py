@@ -113,7 +113,7 @@ class Guidance(nn.Module):
         """Layer-level: hidden [B, T, d] entering the block, valid [B, T], tokens [B, T] (input tokens only) -> [B, n, d]."""
         raise NotImplementedError
 
-    def after_layer(self, stack: str, layer: int, output: torch.Tensor, positions: "LayerPositions") -> None:
+    def after_layer(self, stack: str, layer: int, output: torch.Tensor, positions: LayerPositions) -> None:
         """Layer-level: the block's output [B, T+N, d] and which of its positions are what."""
 
     def prefix_kv(self, layer: int, batch_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

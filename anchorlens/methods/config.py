@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, get_args, get_origin
 
 from anchorlens.errors import UnknownNameError, UsageError
+from anchorlens.methods.base import Guidance
 from anchorlens.methods.positions import Position
 
 DEFAULT_CONTEXT = 4096  # bound on inserted positions for bases without a context length (T5)
@@ -53,7 +54,7 @@ class MethodConfig:
     name: ClassVar[str] = ""
     kind: ClassVar[str] = ""
     aliases: ClassVar[tuple[str, ...]] = ()
-    guidance: ClassVar[type]
+    guidance: ClassVar[type[Guidance]]
     context_bounded: ClassVar[tuple[str, ...]] = ()
 
     # ------------------------------------------------------------------ checks
@@ -99,7 +100,7 @@ class MethodConfig:
 
     # ------------------------------------------------------------------ reading
     @classmethod
-    def from_text(cls, options: dict[str, str]) -> "MethodConfig":
+    def from_text(cls, options: dict[str, str]) -> MethodConfig:
         """From spec options (``{"fusion": "prepend", "pos": "last"}``, values as text)."""
         hints = cls.field_types()
         kwargs: dict[str, Any] = {}
@@ -113,7 +114,7 @@ class MethodConfig:
         return cls(**kwargs)
 
     @classmethod
-    def from_json(cls, options: Any, where: str = "") -> "MethodConfig":
+    def from_json(cls, options: Any, where: str = "") -> MethodConfig:
         """From a checkpoint's ``options`` object; every value type-checked, unknown names refused."""
         at = f"{where}: " if where else ""
         if not isinstance(options, dict):
@@ -165,13 +166,15 @@ class MethodConfig:
     def check_fits(self, base) -> None:
         """UsageError (one line, with the limit) when the config would allocate more than the base allows."""
         limit = base.context_length or DEFAULT_CONTEXT
+        need = self.parameter_count(base) * FLOAT_BYTES
         for name in self.context_bounded:
             value = getattr(self, name)
             if value > limit:
+                size = f", would allocate {human_bytes(need)}" if need else ""
                 raise UsageError(
-                    f"{self.to_spec()}: {name}={value} exceeds the base's context length {limit} ({base.spec}); use {name} <= {limit}"
+                    f"{self.to_spec()}: {name}={value} exceeds the base's context length {limit} ({base.spec}{size}); "
+                    f"use {name} <= {limit}"
                 )
-        need = self.parameter_count(base) * FLOAT_BYTES
         if need > MAX_GUIDANCE_BYTES:
             raise UsageError(
                 f"{self.to_spec()} would allocate {human_bytes(need)} of guidance parameters on {base.spec}; "
@@ -228,7 +231,7 @@ METHOD_CONFIGS: dict[str, type[MethodConfig]] = {}  # spec name -> config class
 _BY_KIND: dict[str, type[MethodConfig]] = {}
 
 
-def register_method(config: type[MethodConfig], guidance: type) -> type[MethodConfig]:
+def register_method(config: type[MethodConfig], guidance: type[Guidance]) -> type[MethodConfig]:
     """Register ``config`` under its spec name (and kind, aliases) as the description of ``guidance``."""
     config.guidance = guidance
     guidance.config_class = config

@@ -1,8 +1,8 @@
 """Per-forward hooks that splice layer-level guidance positions in and out of every block."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
@@ -28,7 +28,7 @@ class LayerSplicer:
         self.memo: dict = {}
 
     @contextmanager
-    def installed(self) -> Iterator["LayerSplicer"]:
+    def installed(self) -> Iterator[LayerSplicer]:
         """Hooks active for the duration of the block; removed afterwards even on error."""
         handles = []
         adapter, model = self.base.adapter, self.base.model

@@ -13,7 +13,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from anchorlens.errors import UnknownNameError, UsageError
 from anchorlens.methods.config import METHOD_CONFIGS, POSITION_ALIASES, MethodConfig, _choices, config_class
@@ -41,7 +41,7 @@ class Directory:
         return self.path
 
 
-SpecPart = Union[MethodConfig, Directory]
+SpecPart = MethodConfig | Directory
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class Spec:
         """The spec text (``base`` when empty); ``parse_spec(str(spec)) == spec``."""
         return "+".join(str(p) for p in self.parts) or "base"
 
-    def __add__(self, other: "Spec | SpecPart") -> "Spec":
+    def __add__(self, other: Spec | SpecPart) -> Spec:
         """Composition: this spec's parts, then ``other``'s."""
         more = other.parts if isinstance(other, Spec) else (other,)
         return Spec(self.parts + tuple(more))
@@ -64,7 +64,7 @@ class Spec:
         """The method configs (directories left out)."""
         return tuple(p for p in self.parts if isinstance(p, MethodConfig))
 
-    def replace(self, index: int, **changes: Any) -> "Spec":
+    def replace(self, index: int, **changes: Any) -> Spec:
         """A copy with part ``index`` (a method config) given new option values (checked again)."""
         part = self.parts[index]
         if not isinstance(part, MethodConfig):
@@ -158,7 +158,7 @@ def _parse_part(text: str) -> SpecPart | None:
     return cls.from_text(options)
 
 
-def parse_spec(spec: "str | Spec") -> Spec:
+def parse_spec(spec: str | Spec) -> Spec:
     """A spec string -> Spec; an empty or blank spec is refused (it is not the base: write ``base``)."""
     if isinstance(spec, Spec):
         return spec
@@ -174,7 +174,7 @@ def parse_spec(spec: "str | Spec") -> Spec:
 
 
 # ---------------------------------------------------------------------- resolving
-def _resolve_base(base: "Base | str | None", spec: Spec) -> Base:
+def _resolve_base(base: Base | str | None, spec: Spec) -> Base:
     """``base`` itself, loaded from its spec, or the first checkpoint's own base, or the default base."""
     from anchorlens.methods.checkpoints import read_meta
     from anchorlens.models.loading import DEFAULT_BASE, load_base
@@ -190,7 +190,7 @@ def _resolve_base(base: "Base | str | None", spec: Spec) -> Base:
 
 
 def load_guided(
-    spec_or_model: Any, base: "Base | str | None" = None, *, seed: int = 0, allow_other_base: bool = False
+    spec_or_model: Any, base: Base | str | None = None, *, seed: int = 0, allow_other_base: bool = False
 ) -> GuidedModel:
     """The GuidedModel for a spec string, Spec, method config, checkpoint/PEFT directory, Base or GuidedModel.
 
