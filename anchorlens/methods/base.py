@@ -11,6 +11,7 @@ Three levels:
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -56,11 +57,25 @@ class Guidance(nn.Module):
     def __init__(self, config) -> None:
         super().__init__()
         self.config = config
-        self.position = Position.parse(getattr(config, "position", "start"))
+        self._position = Position.parse(getattr(config, "position", "start"))
         self.bound = False
         self.stacks: tuple[str, ...] = ()
         self.layers: dict[str, int] = {}
         self.hidden_size = 0
+
+    @property
+    def position(self) -> Position:
+        """Where this guidance's positions go."""
+        return self._position
+
+    @position.setter
+    def position(self, value: str | int | Position) -> None:
+        """Move the guidance (position sweeps); the config follows, so names and checkpoints stay true."""
+        parsed = Position.parse(value)
+        if not any(f.name == "position" for f in dataclasses.fields(self.config)):
+            raise UsageError(f"{self.config.name} has no position to move")
+        self.config = dataclasses.replace(self.config, position=parsed.value)
+        self._position = parsed
 
     # ------------------------------------------------------------------ binding
     def bind(self, base, generator: torch.Generator) -> None:

@@ -79,3 +79,12 @@ def test_capsule_mean_options_differ_where_they_should(tiny_base):
         assert float((logits(f"instance+deep-prompt:n=2+capsule:init=random,mean={other}") - default).abs().max()) > 1e-4
     # without other guidance positions, "all" and the default pool the same positions
     torch.testing.assert_close(logits("capsule:mean=all"), logits("capsule"), rtol=0, atol=0)
+
+
+def test_moving_a_guidance_keeps_its_config_and_name_true(tiny_base):
+    guided = load_guided("instance+capsule", base=tiny_base("tiny-llama"))
+    for g in guided.guidance_list():
+        g.position = "last"  # what position sweeps do
+    assert guided.guidance_list()[1].config == CapsuleConfig(position="last")
+    assert guided.name == "tiny-llama+instance:pos=last+capsule:pos=last"
+    assert guided.config()["methods"][0]["options"]["position"] == "last"
