@@ -152,7 +152,7 @@ def _parse_part(text: str) -> SpecPart | None:
     options: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in opts.split(","))):
         opt, eq, value = item.partition("=")
-        if not eq:
+        if not eq or POSITION_ALIASES.get(opt.strip().lower(), opt.strip().lower()) not in cls.field_types():
             raise UsageError(f"unknown option {item!r} for {cls.name}; valid options: {', '.join(cls.option_names())} (as name=value)")
         options[opt.strip().lower()] = value
     return cls.from_text(options)
