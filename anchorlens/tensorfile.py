@@ -7,7 +7,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from anchorlens.errors import UsageError
+from anchorlens.errors import CheckpointError, UsageError
 
 
 def load_tensors(path: str | Path, what: str = "tensor file") -> dict[str, torch.Tensor]:
@@ -20,3 +20,13 @@ def load_tensors(path: str | Path, what: str = "tensor file") -> dict[str, torch
     except (SafetensorError, OSError, ValueError) as err:
         reason = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise UsageError(f"{what} {path} is truncated or corrupted ({reason}); restore or re-create it") from None
+
+
+def check_float_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """CheckpointError naming the tensor unless every tensor is floating point (never cast) and finite."""
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise CheckpointError(f"{path}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; guidance tensors must be floating point")
+        if not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise CheckpointError(f"{path}: tensor {name!r} holds {bad} NaN/Inf values; re-create the file from a healthy run")

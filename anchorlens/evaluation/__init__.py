@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, ScoringBatch, scoring_batch
 from anchorlens.evaluation.metrics import accuracy, binary_f1, bootstrap_ci, exact_match, f1a, macro_f1
-from anchorlens.evaluation.model import PlainModel, Scorable, as_model
+from anchorlens.evaluation.model import Scorable, as_model
 from anchorlens.evaluation.predict import predict
 from anchorlens.evaluation.report import task_metrics
 from anchorlens.evaluation.scoring import label_scores
@@ -11,7 +11,6 @@ from anchorlens.evaluation.verbalizers import Verbalizers, verbalizer_ids
 
 __all__ = [
     "DEFAULT_MAX_LENGTH",
-    "PlainModel",
     "Scorable",
     "ScoringBatch",
     "Verbalizers",

@@ -11,6 +11,8 @@ Three levels:
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -28,28 +30,60 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return total / w.sum(1).clamp_min(1.0)
 
 
+@dataclass(frozen=True)
+class LayerPositions:
+    """Bool masks [B, T+N] over the sequence inside one block (T kept positions, N inserted at this layer).
+
+    valid: every valid position present (kept and inserted); inserted: the N per-layer positions of
+    all layer-level guidances; tokens: the input's own tokens (no guidance position, kept or
+    inserted); own: the calling guidance's positions.
+    """
+
+    valid: torch.Tensor
+    inserted: torch.Tensor
+    tokens: torch.Tensor
+    own: torch.Tensor
+
+
 class Guidance(nn.Module):
-    """Base class of guidance methods; subclasses set ``kind``, ``role``, ``level``."""
+    """Base class of guidance methods; subclasses set ``kind``, ``role``, ``level``; ``config`` describes the instance."""
 
     kind: ClassVar[str] = ""
     spec_name: ClassVar[str] = ""  # the name in spec strings (``prompt``, ``deep-prompt``)
     role: ClassVar[Role] = Role.SOFT_PROMPT
     level: ClassVar[str] = "input"
+    config_class: ClassVar[type]  # set by ``register_method``
 
-    def __init__(self, position: str | int | Position = "first") -> None:
+    def __init__(self, config) -> None:
         super().__init__()
-        self.position = Position.parse(position)
+        self.config = config
+        self._position = Position.parse(getattr(config, "position", "start"))
         self.bound = False
         self.stacks: tuple[str, ...] = ()
         self.layers: dict[str, int] = {}
         self.hidden_size = 0
 
+    @property
+    def position(self) -> Position:
+        """Where this guidance's positions go."""
+        return self._position
+
+    @position.setter
+    def position(self, value: str | int | Position) -> None:
+        """Move the guidance (position sweeps); the config follows, so names and checkpoints stay true."""
+        parsed = Position.parse(value)
+        if not any(f.name == "position" for f in dataclasses.fields(self.config)):
+            raise UsageError(f"{self.config.name} has no position to move")
+        self.config = dataclasses.replace(self.config, position=parsed.value)
+        self._position = parsed
+
     # ------------------------------------------------------------------ binding
     def bind(self, base, generator: torch.Generator) -> None:
-        """Create the parameters for ``base`` (width, layers, stacks); UsageError if unsupported."""
+        """Create the parameters for ``base`` (width, layers, stacks); UsageError if unsupported or too large."""
         adapter = base.adapter
         if not adapter.supports_guidance:
             raise UsageError(f"{self.kind} needs a base that accepts inserted positions; {adapter.family} supports capture only")
+        self.config.check_fits(base)  # before allocating anything
         self.hidden_size = base.hidden_size
         self.stacks = self.choose_stacks(adapter)
         self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
@@ -66,29 +100,19 @@ class Guidance(nn.Module):
     # ------------------------------------------------------------------ facts
     def count(self) -> int:
         """Positions inserted per example (per layer for layer-level guidance)."""
-        raise NotImplementedError
+        return self.config.count()
 
     def options(self) -> dict[str, Any]:
-        """JSON-able options that rebuild this guidance with ``from_options``."""
-        raise NotImplementedError
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> "Guidance":
-        """Rebuild from ``options()``."""
-        return cls(**options)
+        """JSON-able options (the config's fields) for ``anchorlens.json``."""
+        return self.config.to_options()
 
     def num_trainable(self) -> int:
         """Trainable parameters."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def describe(self) -> str:
-        """Spec-like one-line description (``capsule:fusion=add,pos=first``)."""
-        def text(value: Any) -> str:
-            return "/".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
-
-        opts = ",".join(f"{'pos' if k == 'position' else k}={text(v)}" for k, v in self.options().items() if v is not None)
-        name = self.spec_name or self.kind
-        return f"{name}:{opts}" if opts else name
+        """The spec text of this guidance (``capsule:fusion=prepend,pos=last``; defaults omitted)."""
+        return self.config.to_spec()
 
     # ------------------------------------------------------------------ runtime hooks
     def begin(self) -> None:
@@ -98,12 +122,14 @@ class Guidance(nn.Module):
         """Input-level: embeds [B, T, d] of the input tokens, valid [B, T] -> vectors [B, n, d]."""
         raise NotImplementedError
 
-    def layer_vectors(self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Layer-level: hidden [B, T, d] entering the block, valid [B, T] -> vectors [B, n, d]."""
+    def layer_vectors(
+        self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor, tokens: torch.Tensor
+    ) -> torch.Tensor:
+        """Layer-level: hidden [B, T, d] entering the block, valid [B, T], tokens [B, T] (input tokens only) -> [B, n, d]."""
         raise NotImplementedError
 
-    def after_layer(self, stack: str, layer: int, output: torch.Tensor, pool: torch.Tensor, own: torch.Tensor) -> None:
-        """Layer-level: the block's output [B, T+N, d]; pool [B, T+N] = valid kept positions and own ones."""
+    def after_layer(self, stack: str, layer: int, output: torch.Tensor, positions: LayerPositions) -> None:
+        """Layer-level: the block's output [B, T+N, d] and which of its positions are what."""
 
     def prefix_kv(self, layer: int, batch_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefix-level: (keys, values) [B, kv_heads, n, head_dim] for ``layer``."""

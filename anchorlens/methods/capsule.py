@@ -1,30 +1,84 @@
-"""CaPT capsule: one learned vector per layer fused with the mean of the sequence (role CAPSULE).
+"""CaPT capsule: one learned vector per layer fused with a mean of the sequence (role CAPSULE).
 
 Layer 1: S_1 = p_1 + Mean(E), E the sequence entering layer 1 (padding excluded; kept soft
-prompt or instance positions included). Layer i > 1: S_i = p_i + Mean(S_{i-1} ⊕ H_{i-1}), the
-mean of layer i-1's output over the capsule's own positions and the other valid positions
-(other guidances' per-layer positions excluded). S_i is spliced into the sequence entering layer
-i and removed after it. With p = 0 (the default init) an untrained capsule is the mean token, the
-paper's training-free anchor.
+prompt or instance positions included, except with ``mean=input``). Layer i > 1:
+
+    S_i = p_i + Mean(S_{i-1} ⊕ H_{i-1})
+
+the mean of layer i-1's output over the positions that ``mean`` selects:
+
+- ``capsule+input`` (default, the paper's reading): the capsule's own positions S_{i-1} and the
+  kept sequence H_{i-1} (input tokens plus kept soft prompt / instance positions); other
+  guidances' per-layer positions (deep prompts, other capsules) excluded;
+- ``input``: the input's own tokens only (no capsule, no guidance position of any kind);
+- ``all``: every valid position of layer i-1, other guidances' per-layer positions included.
+
+S_i is spliced into the sequence entering layer i and removed after it, so the capsule is
+re-derived from the sequence and re-inserted at every layer. With p = 0 (the default init) an
+untrained capsule is therefore a per-layer running mean; it is not the paper's training-free
+instance token (that is ``instance``: the mean input embedding, inserted once and kept).
 
 Fusions: ``add`` (above); ``prepend``: two positions [p_i, Mean]; ``project``:
 S_i = p_i + B(A(Mean)) with A [d, r], B [r, d] shared by the layers of a stack (B starts at 0).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
 
 from anchorlens.errors import UsageError
-from anchorlens.methods.base import Guidance, masked_mean
+from anchorlens.methods.base import Guidance, LayerPositions, masked_mean
+from anchorlens.methods.config import MethodConfig
 from anchorlens.methods.positions import Position
-from anchorlens.methods.stacks import choose_layer_stacks
+from anchorlens.methods.stacks import choose_layer_stacks, layers_of
 from anchorlens.roles.kinds import Role
 
 CAPSULE_FUSIONS = ("add", "prepend", "project")
 CAPSULE_INITS = ("zeros", "random")
+CAPSULE_MEANS = ("capsule+input", "input", "all")
+
+
+@dataclass(frozen=True)
+class CapsuleConfig(MethodConfig):
+    """Spec ``capsule``: CaPT's per-layer capsule (see the module docstring for the equations)."""
+
+    name = "capsule"
+    kind = "capsule"
+
+    fusion: Literal["add", "prepend", "project"] = field(
+        default="add", metadata={"doc": "p + Mean, [p, Mean] as two positions, or p + B(A(Mean))"}
+    )
+    rank: int = field(default=8, metadata={"doc": "rank r of the project fusion (<= hidden size)"})
+    position: str | int = field(default="first", metadata={"doc": "where the capsule goes in each layer's sequence"})
+    init: Literal["zeros", "random"] = field(default="zeros", metadata={"doc": "p starts at 0 or N(0, 0.02)"})
+    stacks: tuple[str, ...] | None = field(
+        default=None, metadata={"doc": "stacks to insert into (encoder/decoder); default all the base supports"}
+    )
+    mean: Literal["capsule+input", "input", "all"] = field(
+        default="capsule+input", metadata={"doc": "positions entering Mean(S_{i-1} ⊕ H_{i-1})"}
+    )
+
+    def count(self) -> int:
+        """1 (2 for ``prepend``) per layer."""
+        return 2 if self.fusion == "prepend" else 1
+
+    def parameter_count(self, base) -> int:
+        """layers * d, plus 2 * d * rank per stack for ``project``."""
+        layers = layers_of(base, self.stacks, self.kind)
+        d = base.hidden_size
+        return sum(layers.values()) * d + (2 * d * self.rank * len(layers) if self.fusion == "project" else 0)
+
+    def check_fits(self, base) -> None:
+        """Also: rank <= hidden size."""
+        if self.fusion == "project" and self.rank > base.hidden_size:
+            raise UsageError(
+                f"{self.to_spec()}: rank={self.rank} exceeds the hidden size {base.hidden_size} of {base.spec}; "
+                f"use rank <= {base.hidden_size}"
+            )
+        super().check_fits(base)
 
 
 class Capsule(Guidance):
@@ -34,6 +88,7 @@ class Capsule(Guidance):
     spec_name = "capsule"
     role = Role.CAPSULE
     level = "layer"
+    config: CapsuleConfig
 
     def __init__(
         self,
@@ -42,20 +97,42 @@ class Capsule(Guidance):
         position: str | int | Position = "first",
         init: str = "zeros",
         stacks: tuple[str, ...] | str | None = None,
+        mean: str = "capsule+input",
     ) -> None:
-        super().__init__(position)
-        if fusion not in CAPSULE_FUSIONS:
-            raise UsageError(f"unknown capsule fusion {fusion!r}; choose one of: {', '.join(CAPSULE_FUSIONS)}")
-        if init not in CAPSULE_INITS:
-            raise UsageError(f"unknown capsule init {init!r}; choose one of: {', '.join(CAPSULE_INITS)}")
-        if int(rank) < 1:
-            raise UsageError(f"capsule rank must be >= 1; got {rank}")
-        self.fusion, self.rank, self.init = fusion, int(rank), init
-        self.requested_stacks = (stacks,) if isinstance(stacks, str) else (tuple(stacks) if stacks else None)
+        super().__init__(
+            CapsuleConfig(
+                fusion=fusion, rank=rank, position=Position.parse(position).value, init=init, stacks=stacks, mean=mean  # type: ignore[arg-type]
+            )
+        )
         self.p = nn.ParameterDict()
         self.down = nn.ParameterDict()
         self.up = nn.ParameterDict()
         self._pooled: dict[str, torch.Tensor] = {}
+
+    @property
+    def fusion(self) -> str:
+        """add, prepend or project."""
+        return self.config.fusion
+
+    @property
+    def rank(self) -> int:
+        """Rank of the project fusion."""
+        return self.config.rank
+
+    @property
+    def init(self) -> str:
+        """zeros or random."""
+        return self.config.init
+
+    @property
+    def mean(self) -> str:
+        """Which positions enter the mean."""
+        return self.config.mean
+
+    @property
+    def requested_stacks(self) -> tuple[str, ...] | None:
+        """Stacks asked for (None: all)."""
+        return self.config.stacks
 
     def choose_stacks(self, adapter) -> tuple[str, ...]:
         """The requested stacks, or every stack the adapter can insert into."""
@@ -72,44 +149,31 @@ class Capsule(Guidance):
                 self.down[stack] = nn.Parameter(torch.randn(d, self.rank, generator=generator) / d**0.5)
                 self.up[stack] = nn.Parameter(torch.zeros(self.rank, d))
 
-    def count(self) -> int:
-        """1 (2 for ``prepend``) per layer."""
-        return 2 if self.fusion == "prepend" else 1
-
-    def options(self) -> dict[str, Any]:
-        """fusion, rank, pos, init, stacks."""
-        return {
-            "fusion": self.fusion,
-            "rank": self.rank,
-            "position": self.position.value,
-            "init": self.init,
-            "stacks": list(self.requested_stacks) if self.requested_stacks else None,
-        }
-
-    @classmethod
-    def from_options(cls, options: dict[str, Any]) -> "Capsule":
-        """Rebuild from ``options()``."""
-        opts = dict(options)
-        if opts.get("stacks"):
-            opts["stacks"] = tuple(opts["stacks"])
-        return cls(**opts)
-
     def begin(self) -> None:
         """Forget the previous forward's pooled states."""
         self._pooled = {}
 
-    def layer_vectors(self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    def layer_vectors(
+        self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor, tokens: torch.Tensor
+    ) -> torch.Tensor:
         """S_i for every example: [B, 1, d] (``prepend``: [B, 2, d])."""
         pooled = self._pooled.get(stack)
-        mean = masked_mean(hidden, valid) if pooled is None else pooled  # [B, d]
+        if pooled is None:  # layer 1: Mean(E)
+            pooled = masked_mean(hidden, tokens if self.mean == "input" else valid)  # [B, d]
         p = self.p[stack][layer].to(hidden.dtype).unsqueeze(0)  # [1, d]
         if self.fusion == "add":
-            return (p + mean).unsqueeze(1)
+            return (p + pooled).unsqueeze(1)
         if self.fusion == "prepend":
-            return torch.stack([p.expand_as(mean), mean], dim=1)
+            return torch.stack([p.expand_as(pooled), pooled], dim=1)
         a, b = self.down[stack].to(hidden.dtype), self.up[stack].to(hidden.dtype)
-        return (p + (mean @ a) @ b).unsqueeze(1)
+        return (p + (pooled @ a) @ b).unsqueeze(1)
 
-    def after_layer(self, stack: str, layer: int, output: torch.Tensor, pool: torch.Tensor, own: torch.Tensor) -> None:
-        """Remember Mean(S_i ⊕ H_i) over ``pool`` [B, T+N] for the next layer."""
+    def after_layer(self, stack: str, layer: int, output: torch.Tensor, positions: LayerPositions) -> None:
+        """Remember Mean(S_i ⊕ H_i) over the positions ``mean`` selects ([B, T+N] masks) for the next layer."""
+        if self.mean == "input":
+            pool = positions.tokens
+        elif self.mean == "all":
+            pool = positions.valid
+        else:
+            pool = (positions.valid & ~positions.inserted) | positions.own
         self._pooled[stack] = masked_mean(output, pool)

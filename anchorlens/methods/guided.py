@@ -1,21 +1,29 @@
 """GuidedModel: a frozen base plus guidance modules, usable for capture and for training."""
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
-from anchorlens.models.adapters.site import Site
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
+from anchorlens.methods.config import MethodConfig
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
 from anchorlens.methods.runtime import LayerSplicer
+from anchorlens.models.adapters.site import Site
+from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
+from anchorlens.roles.kinds import Role
+
+FIRST_TOKEN_ANCHOR = "first_token"
 
 
 class GuidedModel:
-    """A base with guidances; implements the capture-target protocol (``device``, ``sites``, ``layout``, ``forward``).
+    """A base with guidances (none: the base itself); the capture target and the one model type of evaluation.
+
+    Implements the capture-target protocol (``device``, ``sites``, ``layout``, ``forward``).
 
     Only the guidances' parameters train; the base stays frozen. ``forward`` returns the HF
     output with ``.logits`` re-aligned to the batch's input positions (decoder-only: [B, T, V],
@@ -23,21 +31,21 @@ class GuidedModel:
     keep the inserted input-level positions.
     """
 
-    def __init__(self, base, guidances: Iterable[Guidance] = (), seed: int = 0) -> None:
-        guidances = list(guidances)
-        if guidances and not base.adapter.supports_guidance:
+    def __init__(self, base: Base, guidances: Iterable[Guidance | MethodConfig] = (), seed: int = 0) -> None:
+        built: list[Guidance] = [g.build() if isinstance(g, MethodConfig) else g for g in guidances]
+        if built and not base.adapter.supports_guidance:
             raise UsageError(
-                f"guidance ({', '.join(g.kind for g in guidances)}) is not supported on {base.adapter.family} bases "
+                f"guidance ({', '.join(g.kind for g in built)}) is not supported on {base.adapter.family} bases "
                 f"({base.spec}): they are capture-only; use a decoder-only or T5 base"
             )
-        self.base = base
+        self.base: Base = base
         generator = torch.Generator().manual_seed(seed)
-        for g in guidances:
+        for g in built:
             if not isinstance(g, Guidance):
                 raise TypeError(f"expected a Guidance, got {type(g).__name__}")
             if not g.bound:
                 g.bind(base, generator)
-        self.guidances = nn.ModuleList(guidances).to(base.device)
+        self.guidances = nn.ModuleList(built).to(base.device)
         self.seed = seed
         self.meta: dict[str, Any] = {}
 
@@ -80,7 +88,7 @@ class GuidedModel:
     @property
     def name(self) -> str:
         """Short description: base spec plus methods (``tiny-llama+capsule:fusion=add``)."""
-        return "+".join([self.base.spec] + [g.describe() for g in self.guidances])
+        return "+".join([self.base.spec] + [g.describe() for g in self.guidance_list()])
 
     def encode(self, rendered: Sequence, example_ids: Sequence[int] | None = None, max_length: int | None = None) -> Encoded:
         """Tokenize with the base (see ``Base.encode``)."""
@@ -93,7 +101,7 @@ class GuidedModel:
     # ------------------------------------------------------------------ capture target
     def plan(self, batch: Encoded) -> Plan:
         """Where every guidance position goes for ``batch``."""
-        return build_plan(self.base, list(self.guidances), batch)
+        return build_plan(self.base, self.guidance_list(), batch)
 
     def layout(self, batch: Encoded):
         """Layout provider with the inserted positions' roles at every (stack, layer)."""
@@ -119,13 +127,13 @@ class GuidedModel:
         if cache is not None:
             n = sum(plan.prefix.values())
             mask = torch.cat([torch.ones(mask.shape[0], n, dtype=mask.dtype, device=mask.device), mask], dim=1)
-        for g in self.guidances:
+        for g in self.guidance_list():
             g.begin()
         try:
             with LayerSplicer(self.base, plan).installed():
                 out = adapter.forward_embeds(model, batch, hidden, mask, cache=cache, **kwargs)
         finally:
-            for g in self.guidances:
+            for g in self.guidance_list():
                 g.begin()  # drop per-forward state (and the graph it references)
         partial = "logits_to_keep" in kwargs  # only the last positions' logits: nothing to realign
         if plan.inputs is not None and not self.is_encoder_decoder and not partial and getattr(out, "logits", None) is not None:
@@ -136,7 +144,7 @@ class GuidedModel:
 
     def _prefix_cache(self, plan: Plan, batch_size: int, dtype: torch.dtype):
         """A DynamicCache prefilled with the prefix keys/values (PEFT's mechanism), or None."""
-        prefixes = [g for g in self.guidances if g.level == "prefix"]
+        prefixes = [g for g in self.guidance_list() if g.level == "prefix"]
         if not prefixes:
             return None
         from transformers import DynamicCache
@@ -144,6 +152,24 @@ class GuidedModel:
         g = prefixes[0]
         layers = g.layers[g.stacks[0]]
         return DynamicCache([g.prefix_kv(layer, batch_size, dtype) for layer in range(layers)])
+
+    # ------------------------------------------------------------------ anchors (one rule for every caller)
+    def guidance_list(self) -> list[Guidance]:
+        """The guidances, typed, in insertion order."""
+        return [g for g in self.guidances if isinstance(g, Guidance)]
+
+    def anchor_roles(self) -> tuple[Role, ...]:
+        """Roles of the inserted guidances, in insertion order, each once."""
+        return tuple(dict.fromkeys(Role(int(g.role)) for g in self.guidance_list()))
+
+    def anchors(self) -> tuple[str, ...]:
+        """Anchors worth reporting: ``first_token`` plus each inserted guidance role's label, in order, once."""
+        return (FIRST_TOKEN_ANCHOR, *(r.label for r in self.anchor_roles()))
+
+    def entropy_anchor(self) -> str | None:
+        """The role whose queries' entropy is reported: the first guidance role (None without guidance)."""
+        roles = self.anchor_roles()
+        return roles[0].label if roles else None
 
     # ------------------------------------------------------------------ parameters
     def trainable_parameters(self) -> list[nn.Parameter]:
@@ -163,7 +189,7 @@ class GuidedModel:
         total = max(1, self.base.num_parameters())
         return [
             {"kind": g.kind, "method": g.describe(), "trainable": g.num_trainable(), "share_of_base": g.num_trainable() / total}
-            for g in self.guidances
+            for g in self.guidance_list()
         ]
 
     def guidance_state_dict(self) -> dict[str, torch.Tensor]:
@@ -185,18 +211,18 @@ class GuidedModel:
         """JSON-able description: base spec and fingerprint, methods with options, parameter counts."""
         return {
             "base": {"spec": self.base.spec, "fingerprint": self.base.fingerprint()},
-            "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidances],
+            "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidance_list()],
             "seed": self.seed,
             "num_trainable": self.num_trainable(),
             "share_of_base": self.share_of_base(),
         }
 
-    def train(self, mode: bool = True) -> "GuidedModel":
+    def train(self, mode: bool = True) -> GuidedModel:
         """Put the guidances in training mode; the base stays in eval mode (frozen, no dropout)."""
         self.guidances.train(mode)
         return self
 
-    def eval(self) -> "GuidedModel":
+    def eval(self) -> GuidedModel:
         """Evaluation mode."""
         return self.train(False)
 

@@ -1,16 +1,37 @@
 """Training-free instance-aware token(s): the mean of the input's token embeddings (role INSTANCE)."""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance, masked_mean
+from anchorlens.methods.config import MethodConfig
 from anchorlens.methods.positions import Position
 from anchorlens.roles.kinds import Role
 
 INSTANCE_MODES = ("copies", "chunks")
+
+
+@dataclass(frozen=True)
+class InstanceConfig(MethodConfig):
+    """Spec ``instance``: k training-free tokens from the input's own embeddings (no parameters)."""
+
+    name = "instance"
+    kind = "instance"
+    context_bounded = ("k",)
+
+    k: int = field(default=1, metadata={"doc": "tokens inserted"})
+    mode: Literal["copies", "chunks"] = field(
+        default="copies", metadata={"doc": "k copies of the mean, or the means of k contiguous chunks"}
+    )
+    position: str | int = field(default="first", metadata={"doc": "where the tokens go (first, middle, last, an index...)"})
+
+    def count(self) -> int:
+        """k."""
+        return self.k
 
 
 class InstanceToken(Guidance):
@@ -24,22 +45,20 @@ class InstanceToken(Guidance):
     spec_name = "instance"
     role = Role.INSTANCE
     level = "input"
+    config: InstanceConfig
 
     def __init__(self, k: int = 1, mode: str = "copies", position: str | int | Position = "first") -> None:
-        super().__init__(position)
-        if int(k) < 1:
-            raise UsageError(f"an instance token needs k >= 1; got k={k}")
-        if mode not in INSTANCE_MODES:
-            raise UsageError(f"unknown instance mode {mode!r}; choose one of: {', '.join(INSTANCE_MODES)}")
-        self.k, self.mode = int(k), mode
+        super().__init__(InstanceConfig(k=k, mode=mode, position=Position.parse(position).value))  # type: ignore[arg-type]
 
-    def count(self) -> int:
-        """k."""
-        return self.k
+    @property
+    def k(self) -> int:
+        """Tokens inserted."""
+        return self.config.k
 
-    def options(self) -> dict[str, Any]:
-        """k, mode, pos."""
-        return {"k": self.k, "mode": self.mode, "position": self.position.value}
+    @property
+    def mode(self) -> str:
+        """copies or chunks."""
+        return self.config.mode
 
     def input_vectors(self, embeds: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """embeds [B, T, d], valid [B, T] -> [B, k, d]."""

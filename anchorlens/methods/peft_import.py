@@ -8,11 +8,12 @@ output, so no encoder is needed. PREFIX_TUNING becomes a key-only ``Prefix``.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
-from anchorlens.errors import UsageError
-from anchorlens.tensorfile import load_tensors
+from anchorlens.errors import CheckpointError, UsageError
+from anchorlens.tensorfile import check_float_tensors, load_tensors
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -24,54 +25,135 @@ def is_peft_dir(path: str | Path) -> bool:
     return (Path(path).expanduser() / CONFIG_FILE).is_file()
 
 
+_INT_FIELDS = ("num_virtual_tokens", "token_dim", "num_layers", "num_transformer_submodules", "num_attention_heads")
+
+
+def _fail(file: Path, message: str) -> CheckpointError:
+    return CheckpointError(f"{file}: {message}")
+
+
 def read_peft_config(path: str | Path) -> dict[str, Any]:
-    """The adapter's config; UsageError if absent or of an unsupported type."""
+    """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
     file = Path(path).expanduser() / CONFIG_FILE
     if not file.is_file():
-        raise UsageError(f"{path} is not a PEFT adapter directory (no {CONFIG_FILE})")
-    cfg = json.loads(file.read_text())
-    kind = str(cfg.get("peft_type", "")).upper()
-    if kind not in PEFT_TYPES:
+        raise CheckpointError(f"{path} is not a PEFT adapter directory (no {CONFIG_FILE})")
+    try:
+        cfg = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise _fail(file, f"not valid JSON ({str(err).splitlines()[0]})") from None
+    if not isinstance(cfg, dict):
+        raise _fail(file, f"must hold a JSON object; got {type(cfg).__name__}")
+    kind = cfg.get("peft_type")
+    if not isinstance(kind, str) or kind.upper() not in PEFT_TYPES:
         raise UsageError(f"PEFT adapter {path} is of type {kind or '?'}; anchorlens imports {', '.join(PEFT_TYPES)}")
+    for key in _INT_FIELDS:
+        value = cfg.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _fail(file, f"field {key} must be a positive integer; got {json.dumps(value)[:60]}")
+    if cfg.get("num_virtual_tokens") is None:
+        raise _fail(file, "field num_virtual_tokens is missing")
+    name = cfg.get("base_model_name_or_path")
+    if name is not None and not isinstance(name, str):
+        raise _fail(file, f"field base_model_name_or_path must be a string; got {json.dumps(name)[:60]}")
     return cfg
 
 
+def _model_name(text: str) -> str:
+    """``org/Name``, ``/path/to/name`` -> ``name`` (case-folded)."""
+    return text.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+def check_peft_base(cfg: dict[str, Any], base, path: Path, allow_other_base: bool = False) -> list[dict[str, Any]]:
+    """Refuse an adapter for another width always, for another named model unless allowed; returns ``other_base`` facts."""
+    file = path / CONFIG_FILE
+    token_dim = cfg.get("token_dim")
+    widths = {base.hidden_size}
+    if str(cfg["peft_type"]).upper() == "PREFIX_TUNING" and base.adapter.supports_prefix:
+        _, kv_heads, head_dim = base.adapter.kv_geometry(base.model)
+        widths.add(kv_heads * head_dim)  # grouped-query models: PEFT's prefix token_dim is the key/value width
+    if token_dim is not None and token_dim not in widths:
+        raise _fail(file, f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base")
+    name = cfg.get("base_model_name_or_path") or ""
+    known = {_model_name(n) for n in (base.spec, getattr(base.config, "_name_or_path", ""), getattr(base, "repo", None) or "") if n}
+    if not name or _model_name(name) in known:
+        return []
+    if not allow_other_base:
+        raise _fail(
+            file,
+            f"field base_model_name_or_path names {name!r} but the base is {base.spec!r}; "
+            "load it on that base, or pass allow_other_base=True (--allow-other-base)",
+        )
+    warnings.warn(f"PEFT adapter {path} was made for {name!r}, loaded on {base.spec!r}", stacklevel=3)
+    return [{"source": str(path), "recorded": {"spec": name}, "base": {"spec": base.spec}}]
+
+
 def _prompt_tensor(path: Path):
-    """The saved prompt tensor (``prompt_embeddings``, or the only tensor)."""
+    """The saved prompt tensor (``prompt_embeddings``, or the only tensor), checked finite and floating."""
     file = path / WEIGHTS_FILE
     if not file.is_file():
         raise UsageError(f"PEFT adapter {path} lacks {WEIGHTS_FILE} (anchorlens never unpickles .bin files)")
     tensors = load_tensors(file, f"PEFT adapter weights of {path}:")
+    check_float_tensors(tensors, file)
     if "prompt_embeddings" in tensors:
         return tensors["prompt_embeddings"]
     if len(tensors) == 1:
         return next(iter(tensors.values()))
-    raise UsageError(f"{file} has tensors {sorted(tensors)}; expected prompt_embeddings")
+    raise CheckpointError(f"{file} has tensors {sorted(tensors)}; expected prompt_embeddings")
 
 
-def peft_guidances(path: str | Path, base) -> list:
-    """The adapter at ``path`` as unbound guidances for ``base`` (checked against its width and layers)."""
-    from anchorlens.methods.prefix import Prefix
-    from anchorlens.methods.soft_prompt import SoftPrompt
+def _expected_rows(cfg: dict[str, Any], kind: str) -> int:
+    """Rows PEFT saves: n for prefixes, n x transformer submodules (2 for seq2seq) for prompts."""
+    n = int(cfg["num_virtual_tokens"])
+    if kind == "PREFIX_TUNING":
+        return n
+    default = 2 if str(cfg.get("task_type", "")).upper() == "SEQ_2_SEQ_LM" else 1
+    return n * int(cfg.get("num_transformer_submodules") or default)
+
+
+def peft_guidances(
+    path: str | Path, base, *, allow_other_base: bool = False, notes: list[dict[str, Any]] | None = None
+) -> list:
+    """The adapter at ``path`` as unbound guidances for ``base`` (checked against its width, layers and name)."""
+    from anchorlens.methods.prefix import Prefix, PrefixConfig
+    from anchorlens.methods.soft_prompt import PromptConfig, SoftPrompt
 
     path = Path(path).expanduser()
     cfg = read_peft_config(path)
+    file = path / CONFIG_FILE
     kind = str(cfg["peft_type"]).upper()
     n = int(cfg["num_virtual_tokens"])
+    facts = check_peft_base(cfg, base, path, allow_other_base)
+    try:  # bounds before reading tensors sized by the config
+        (PrefixConfig(n=n) if kind == "PREFIX_TUNING" else PromptConfig(n=n)).check_fits(base)
+    except UsageError as err:
+        raise _fail(file, f"field num_virtual_tokens: {err}") from None
     tensor = _prompt_tensor(path)
+    rows = _expected_rows(cfg, kind)
+    if tensor.dim() != 2 or tensor.shape[0] != rows:
+        raise _fail(
+            file,
+            f"field num_virtual_tokens={n} needs {rows} saved prompt rows but {WEIGHTS_FILE} holds {tuple(tensor.shape)}; "
+            "PEFT itself refuses this adapter (size mismatch)",
+        )
+    if notes is not None:
+        notes.extend(facts)
     if kind == "PREFIX_TUNING":
         layers = cfg.get("num_layers")
         if layers is not None and base.adapter.supports_prefix and int(layers) != base.adapter.kv_geometry(base.model)[0]:
-            raise UsageError(f"PEFT prefix {path} has {layers} layers; the base {base.spec!r} has {base.num_layers}")
-        return [Prefix(n, kv=tensor[:n])]
+            raise _fail(file, f"field num_layers is {layers}; the base {base.spec!r} has {base.num_layers}")
+        return [Prefix(n, kv=tensor)]
     if tensor.shape[-1] != base.hidden_size:
-        raise UsageError(f"PEFT adapter {path} has width {tensor.shape[-1]}; the base {base.spec!r} has d={base.hidden_size}")
+        raise _fail(file, f"the prompt has width {tensor.shape[-1]}; the base {base.spec!r} has d={base.hidden_size}")
     # T5 (num_transformer_submodules=2) saves 2n rows; the encoder uses the first n.
     return [SoftPrompt(n, position="start", vectors=tensor[:n])]
 
 
-def load_peft(path: str | Path, base):
+def load_peft(path: str | Path, base, *, allow_other_base: bool = False):
     """A PEFT prompt-learning adapter directory as a GuidedModel on ``base``."""
     from anchorlens.methods.guided import GuidedModel
 
-    return GuidedModel(base, peft_guidances(path, base))
+    notes: list[dict[str, Any]] = []
+    guided = GuidedModel(base, peft_guidances(path, base, allow_other_base=allow_other_base, notes=notes))
+    if notes:
+        guided.meta["other_base"] = notes
+    return guided

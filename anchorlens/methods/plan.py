@@ -58,6 +58,7 @@ def splice_sequence(seq: SequenceRoles, guidances: list[Guidance], input_side: b
         start = 0 if total is None else total.num_slots
         owners.append((g, start, start + n))
         total = step if total is None else total.then(step)
+    assert total is not None  # guidances is non-empty here
     return Spliced(total, owners, seq)
 
 

@@ -27,7 +27,7 @@ class Position:
     value: str | int = "first"
 
     @classmethod
-    def parse(cls, value: "str | int | Position") -> "Position":
+    def parse(cls, value: str | int | Position) -> Position:
         """``"middle"``, ``"3"``, ``-1`` or a Position -> Position; UsageError lists the choices."""
         if isinstance(value, Position):
             return value

@@ -6,14 +6,37 @@ tokens start at position n, exactly as PEFT's prefilled cache does.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
+from anchorlens.methods.config import MethodConfig
 from anchorlens.roles.kinds import Role
+
+
+@dataclass(frozen=True)
+class PrefixConfig(MethodConfig):
+    """Spec ``prefix``: PEFT prefix tuning, n key-only positions at every self-attention layer."""
+
+    name = "prefix"
+    kind = "prefix"
+    context_bounded = ("n",)
+
+    n: int = field(default=20, metadata={"doc": "key/value positions per layer"})
+
+    def count(self) -> int:
+        """n key-only positions per layer."""
+        return self.n
+
+    def parameter_count(self, base) -> int:
+        """n * layers * 2 * kv_heads * head_dim (0 where prefixes are unsupported: ``build`` refuses)."""
+        if not base.adapter.supports_prefix:
+            return 0
+        layers, kv_heads, head_dim = base.adapter.kv_geometry(base.model)
+        return self.n * layers * 2 * kv_heads * head_dim
 
 
 class Prefix(Guidance):
@@ -27,12 +50,10 @@ class Prefix(Guidance):
     spec_name = "prefix"
     role = Role.SOFT_PROMPT
     level = "prefix"
+    config: PrefixConfig
 
     def __init__(self, n: int = 20, kv: torch.Tensor | None = None) -> None:
-        super().__init__("start")
-        if int(n) < 1:
-            raise UsageError(f"a prefix needs n >= 1 positions; got n={n}")
-        self.n = int(n)
+        super().__init__(PrefixConfig(n=n))
         self._kv = kv
         self.kv_heads = 0
         self.head_dim = 0
@@ -57,13 +78,10 @@ class Prefix(Guidance):
             kv = torch.randn(self.n, width, generator=generator) * 0.02
         self.kv = nn.Parameter(kv)
 
-    def count(self) -> int:
-        """n key-only positions per layer."""
-        return self.n
-
-    def options(self) -> dict[str, Any]:
-        """n."""
-        return {"n": self.n}
+    @property
+    def n(self) -> int:
+        """Key/value positions per layer."""
+        return self.config.n
 
     def prefix_kv(self, layer: int, batch_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """(keys, values) [B, kv_heads, n, head_dim] of ``layer``."""

@@ -1,12 +1,22 @@
 """Per-forward hooks that splice layer-level guidance positions in and out of every block."""
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 
+from anchorlens.methods.base import LayerPositions
 from anchorlens.methods.plan import Plan, Spliced
+from anchorlens.roles.kinds import INPUT_ROLES
+
+
+def input_tokens(roles: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: positions whose role is an input role (special, structural, content), not guidance."""
+    mask = torch.zeros_like(roles, dtype=torch.bool)
+    for role in INPUT_ROLES:
+        mask |= roles == int(role)
+    return mask
 
 
 class LayerSplicer:
@@ -18,7 +28,7 @@ class LayerSplicer:
         self.memo: dict = {}
 
     @contextmanager
-    def installed(self) -> Iterator["LayerSplicer"]:
+    def installed(self) -> Iterator[LayerSplicer]:
         """Hooks active for the duration of the block; removed afterwards even on error."""
         handles = []
         adapter, model = self.base.adapter, self.base.model
@@ -38,18 +48,19 @@ class LayerSplicer:
                 h.remove()
             self.memo.clear()
 
-    def _kept_valid(self, stack: str) -> torch.Tensor:
-        """[B, T] validity of the kept sequence flowing through ``stack``."""
-        name = self.base.adapter.stack_sequences[stack][0]
-        return self.plan.sequences[name].valid
+    def _kept(self, stack: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, T] validity and input-token mask of the kept sequence flowing through ``stack``."""
+        seq = self.plan.sequences[self.base.adapter.stack_sequences[stack][0]]
+        valid = seq.valid.bool()
+        return valid, valid & input_tokens(seq.roles)
 
     def _pre(self, stack: str, layer: int, spliced: Spliced):
         adapter, model = self.base.adapter, self.base.model
 
         def hook(module, args, kwargs):
             hidden = adapter.block_hidden(args, kwargs)
-            valid = self._kept_valid(stack).to(hidden.device)
-            vectors = [g.layer_vectors(stack, layer, hidden, valid).to(hidden.dtype) for g, _, _ in spliced.owners]
+            valid, tokens = (m.to(hidden.device) for m in self._kept(stack))
+            vectors = [g.layer_vectors(stack, layer, hidden, valid, tokens).to(hidden.dtype) for g, _, _ in spliced.owners]
             new_hidden = spliced.splice.apply(hidden, torch.cat(vectors, dim=1))
             return adapter.splice_block_inputs(
                 model, stack, args, kwargs, new_hidden, spliced.splice, spliced.roles.valid.to(hidden.device), self.memo
@@ -62,10 +73,11 @@ class LayerSplicer:
 
         def hook(module, args, kwargs, output):
             hidden = adapter.block_output_hidden(output)
-            kept = spliced.roles.valid.to(hidden.device) & ~spliced.splice.inserted
+            valid = spliced.roles.valid.to(hidden.device).bool()
+            inserted = spliced.splice.inserted.to(hidden.device)
+            tokens = valid & ~inserted & input_tokens(spliced.roles.roles.to(hidden.device))
             for g, start, end in spliced.owners:
-                own = spliced.own(start, end)
-                g.after_layer(stack, layer, hidden, kept | own, own)
+                g.after_layer(stack, layer, hidden, LayerPositions(valid, inserted, tokens, spliced.own(start, end)))
             return adapter.strip_block_output(model, stack, output, spliced.splice.remove(hidden), spliced.splice, self.memo)
 
         return hook

@@ -1,143 +1,233 @@
-"""One parser from a spec string to a GuidedModel; every CLI command and ``inspect`` go through it.
+"""Specs and the one resolver from anything that names a model to a GuidedModel.
 
-Grammar: parts joined by ``+``; a part is ``base``, a method with options
-(``capsule:fusion=prepend,pos=last``), an anchorlens checkpoint directory, or a PEFT adapter
-directory. Examples: ``instance:k=2,pos=middle``, ``prompt:n=10+instance``, ``runs/ckpt+instance``.
+Grammar: parts joined by ``+``; a part is ``base``, a registered method with options
+(``capsule:fusion=prepend,pos=last``; see ``anchorlens.methods.config``), an anchorlens
+checkpoint directory, or a PEFT adapter directory. Examples: ``instance:k=2,pos=middle``,
+``prompt:n=10+instance``, ``runs/ckpt+instance``. ``parse_spec`` gives a typed ``Spec`` whose
+``str`` parses back to an equal ``Spec``; ``load_guided`` resolves specs, configs, checkpoint
+and adapter directories, Bases and GuidedModels to a GuidedModel (no guidance = the base).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Literal
 
-from anchorlens.errors import UsageError
-from anchorlens.methods.base import Guidance
-from anchorlens.methods.capsule import Capsule
-from anchorlens.methods.deep_prompt import DeepPrompt
+from anchorlens.errors import UnknownNameError, UsageError
+from anchorlens.methods.config import METHOD_CONFIGS, POSITION_ALIASES, MethodConfig, _choices, config_class
 from anchorlens.methods.guided import GuidedModel
-from anchorlens.methods.instance import InstanceToken
-from anchorlens.methods.positions import Position
-from anchorlens.methods.soft_prompt import SoftPrompt
+from anchorlens.methods.registry import METHODS  # noqa: F401  (registers the built-in methods)
+from anchorlens.models.base import Base
+
+_BASE_NAMES = ("base", "none")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _int(name: str) -> Callable[[str], int]:
-    def convert(text: str) -> int:
-        try:
-            return int(text)
-        except ValueError:
-            raise UsageError(f"option {name} needs an integer; got {text!r}") from None
-
-    return convert
-
-
-def _stacks(text: str) -> tuple[str, ...] | None:
-    """``encoder``, ``decoder``, ``encoder/decoder`` or ``all``."""
-    return None if text == "all" else tuple(s for s in text.split("/") if s)
-
-
-def _position(text: str) -> str | int:
-    return Position.parse(text).value
+def _choices_text() -> str:
+    return f"base, {', '.join(METHOD_CONFIGS)}, an anchorlens checkpoint directory or a PEFT adapter directory"
 
 
 @dataclass(frozen=True)
-class MethodSpec:
-    """A spec name, the class it builds and its options (spec name -> (constructor kwarg, converter))."""
+class Directory:
+    """A checkpoint (``anchorlens.json``) or PEFT adapter (``adapter_config.json``) directory in a spec."""
 
-    cls: type[Guidance]
-    options: dict[str, tuple[str, Callable[[str], Any]]] = field(default_factory=dict)
+    path: str
+    kind: Literal["checkpoint", "peft"]
+
+    def __str__(self) -> str:
+        """The path as written."""
+        return self.path
 
 
-_POS = {"pos": ("position", _position), "position": ("position", _position)}
-METHOD_SPECS: dict[str, MethodSpec] = {
-    "instance": MethodSpec(InstanceToken, {"k": ("k", _int("k")), "mode": ("mode", str), **_POS}),
-    "capsule": MethodSpec(
-        Capsule,
-        {"fusion": ("fusion", str), "rank": ("rank", _int("rank")), "init": ("init", str), "stacks": ("stacks", _stacks), **_POS},
-    ),
-    "prompt": MethodSpec(SoftPrompt, {"n": ("n", _int("n")), "init": ("init", str), **_POS}),
-    "deep-prompt": MethodSpec(DeepPrompt, {"n": ("n", _int("n")), "stacks": ("stacks", _stacks), **_POS}),
-}
-_ALIASES = {"soft-prompt": "prompt", "soft_prompt": "prompt", "deep_prompt": "deep-prompt", "deepprompt": "deep-prompt"}
-_BASE_NAMES = ("base", "none", "")
-_CHOICES = "base, instance, capsule, prompt, deep-prompt, an anchorlens checkpoint directory or a PEFT adapter directory"
+SpecPart = MethodConfig | Directory
 
 
 @dataclass(frozen=True)
-class Part:
-    """One ``+``-separated part: a method with options, or a directory (``checkpoint``/``peft``)."""
+class Spec:
+    """A parsed spec: method configs and directories in order; no parts = the base."""
 
-    kind: str  # "method", "checkpoint", "peft", "base"
-    name: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
-    path: Path | None = None
+    parts: tuple[SpecPart, ...] = ()
+
+    def __str__(self) -> str:
+        """The spec text (``base`` when empty); ``parse_spec(str(spec)) == spec``."""
+        return "+".join(str(p) for p in self.parts) or "base"
+
+    def __add__(self, other: Spec | SpecPart) -> Spec:
+        """Composition: this spec's parts, then ``other``'s."""
+        more = other.parts if isinstance(other, Spec) else (other,)
+        return Spec(self.parts + tuple(more))
+
+    @property
+    def methods(self) -> tuple[MethodConfig, ...]:
+        """The method configs (directories left out)."""
+        return tuple(p for p in self.parts if isinstance(p, MethodConfig))
+
+    def replace(self, index: int, **changes: Any) -> Spec:
+        """A copy with part ``index`` (a method config) given new option values (checked again)."""
+        part = self.parts[index]
+        if not isinstance(part, MethodConfig):
+            raise UsageError(f"part {index} of {self} is a directory; only method parts take options")
+        return Spec(self.parts[:index] + (dataclasses.replace(part, **changes),) + self.parts[index + 1 :])
 
 
-def _directory_part(path: Path, text: str) -> Part:
+# ---------------------------------------------------------------------- directories
+def _resolve_dir(text: str) -> Path | None:
+    """The directory ``text`` names: an existing path, or a hub id resolved to a local directory, else None.
+
+    HUB HOOK: a non-existing path that looks like ORG/NAME is resolved through
+    ``anchorlens.models.hub.resolve_hub_dir`` (provided by the hub branch); without it (or when it
+    finds nothing) the caller reports "no such directory".
+    """
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or not _HUB_ID.fullmatch(text):
+        return None
+    try:
+        from anchorlens.models import hub  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    resolved = hub.resolve_hub_dir(text)
+    return Path(resolved) if resolved is not None and Path(resolved).is_dir() else None
+
+
+def _directory_part(path: Path, text: str) -> Directory:
     from anchorlens.methods.checkpoints import is_checkpoint
     from anchorlens.methods.peft_import import is_peft_dir
 
     if is_checkpoint(path):
-        return Part("checkpoint", text, path=path)
+        return Directory(str(path) if path != Path(text) else text, "checkpoint")
     if is_peft_dir(path):
-        return Part("peft", text, path=path)
+        return Directory(str(path) if path != Path(text) else text, "peft")
     raise UsageError(f"{text} is a directory but neither an anchorlens checkpoint (anchorlens.json) nor a PEFT adapter (adapter_config.json)")
 
 
-def _parse_part(text: str) -> Part:
-    """Parse one part; UsageError names the valid choices."""
+# ---------------------------------------------------------------------- parsing
+def _continues_value(current: str, fragment: str) -> bool:
+    """True when ``current+fragment`` continues an option value that contains ``+`` (``mean=capsule+input``)."""
+    name, colon, opts = current.partition(":")
+    cls = config_class(name) if colon else None
+    if cls is None:
+        return False
+    key, eq, value = opts.split(",")[-1].partition("=")
+    key = POSITION_ALIASES.get(key.strip().lower(), key.strip().lower())
+    choices = _choices(cls.field_types().get(key)) if eq else None
+    head = fragment.split(",")[0].strip().lower()
+    return bool(choices) and f"{value.strip().lower()}+{head}" in (choices or ())
+
+
+def _split(text: str, original: str) -> list[str]:
+    """``text`` split on the ``+`` that join parts; UsageError on an empty part."""
+    fragments = text.split("+")
+    if any(not f.strip() for f in fragments):
+        raise UsageError(f"spec {original!r} has an empty part; join parts with a single '+' (e.g. prompt:n=10+instance)")
+    parts = [fragments[0]]
+    for fragment in fragments[1:]:
+        if _continues_value(parts[-1], fragment):
+            parts[-1] = f"{parts[-1]}+{fragment}"
+        else:
+            parts.append(fragment)
+    return parts
+
+
+def _parse_part(text: str) -> SpecPart | None:
+    """One part (None for ``base``); UsageError names the valid choices."""
     text = text.strip()
-    path = Path(text).expanduser()
-    if text and path.is_dir():
+    path = _resolve_dir(text)
+    if path is not None:
         return _directory_part(path, text)
-    name, _, opts = text.partition(":")
-    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    name, colon, opts = text.partition(":")
+    key = name.strip().lower()
     if key in _BASE_NAMES:
-        if opts:
+        if colon:
             raise UsageError(f"'base' takes no options; got {text!r}")
-        return Part("base")
-    if key not in METHOD_SPECS:
-        if "/" in text or text.startswith("."):
-            raise UsageError(f"no such directory {text!r}; expected {_CHOICES}")
-        raise UsageError(f"unknown method {name!r} in spec; use {_CHOICES}")
-    spec = METHOD_SPECS[key]
-    kwargs: dict[str, Any] = {}
+        return None
+    cls = config_class(key)
+    if cls is None:
+        if "/" in text or text.startswith((".", "~")):
+            raise UsageError(f"no such directory {text!r}; expected {_choices_text()}")
+        raise UnknownNameError(f"unknown method {name!r} in spec; use {_choices_text()}")
+    options: dict[str, str] = {}
     for item in filter(None, (s.strip() for s in opts.split(","))):
         opt, eq, value = item.partition("=")
-        opt = opt.strip().lower()
-        if not eq or opt not in spec.options:
-            valid = ", ".join(k for k in spec.options if k != "position")
-            raise UsageError(f"unknown option {item!r} for {key}; valid options: {valid} (as name=value)")
-        target, convert = spec.options[opt]
-        kwargs[target] = convert(value.strip())
-    return Part("method", key, kwargs)
+        if not eq or POSITION_ALIASES.get(opt.strip().lower(), opt.strip().lower()) not in cls.field_types():
+            raise UsageError(f"unknown option {item!r} for {cls.name}; valid options: {', '.join(cls.option_names())} (as name=value)")
+        options[opt.strip().lower()] = value
+    return cls.from_text(options)
 
 
-def parse_spec(spec: str) -> list[Part]:
-    """Split ``spec`` on ``+`` (unless the whole spec is a directory) and parse each part."""
+def parse_spec(spec: str | Spec) -> Spec:
+    """A spec string -> Spec; an empty or blank spec is refused (it is not the base: write ``base``)."""
+    if isinstance(spec, Spec):
+        return spec
+    if not isinstance(spec, str):
+        raise UsageError(f"a spec must be text like 'capsule' or 'prompt:n=10+instance'; got {type(spec).__name__}")
     text = spec.strip()
-    if text and Path(text).expanduser().is_dir():
-        return [_parse_part(text)]
-    return [_parse_part(p) for p in text.split("+")] if text else [Part("base")]
+    if not text:
+        raise UsageError(f"empty spec {spec!r}; name the model ({_choices_text()}); an empty spec is not the base, write 'base'")
+    whole = _resolve_dir(text)
+    if whole is not None:
+        return Spec((_directory_part(whole, text),))
+    return Spec(tuple(p for p in map(_parse_part, _split(text, spec)) if p is not None))
 
 
-def load_guided(spec: str, base=None, base_spec: str | None = None, seed: int = 0) -> GuidedModel:
-    """Build the GuidedModel for ``spec`` on ``base`` (loaded from ``base_spec``, a checkpoint's own base, or the default)."""
-    from anchorlens.methods.checkpoints import checkpoint_guidances, read_meta
+# ---------------------------------------------------------------------- resolving
+def _resolve_base(base: Base | str | None, spec: Spec) -> Base:
+    """``base`` itself, loaded from its spec, or the first checkpoint's own base, or the default base."""
+    from anchorlens.methods.checkpoints import read_meta
     from anchorlens.models.loading import DEFAULT_BASE, load_base
+
+    if isinstance(base, Base):
+        return base
+    if base is None:
+        saved = [read_meta(p.path)["base"].get("spec") for p in spec.parts if isinstance(p, Directory) and p.kind == "checkpoint"]
+        base = next((s for s in saved if s), DEFAULT_BASE)
+    if not isinstance(base, str):
+        raise UsageError(f"base must be a Base or a base spec such as 'smollm2-135m'; got {type(base).__name__}")
+    return load_base(base)
+
+
+def load_guided(
+    spec_or_model: Any, base: Base | str | None = None, *, seed: int = 0, allow_other_base: bool = False
+) -> GuidedModel:
+    """The GuidedModel for a spec string, Spec, method config, checkpoint/PEFT directory, Base or GuidedModel.
+
+    ``base``: a Base, a base spec, or None (a checkpoint's own base, else the default
+    smollm2-135m). A GuidedModel is returned as is; a Base becomes ``GuidedModel(base)``.
+    ``allow_other_base`` loads checkpoints/adapters recorded for another base (with a warning;
+    the facts land in ``meta["other_base"]``).
+    """
+    from anchorlens.methods.checkpoints import load_checkpoint
     from anchorlens.methods.peft_import import peft_guidances
 
-    parts = parse_spec(spec)
-    if base is None:
-        if base_spec is None:
-            saved = [read_meta(p.path).get("base", {}).get("spec") for p in parts if p.kind == "checkpoint"]
-            base_spec = next((s for s in saved if s), DEFAULT_BASE)
-        base = load_base(base_spec)
-    guidances: list[Guidance] = []
-    for part in parts:
-        if part.kind == "checkpoint":
-            guidances.extend(checkpoint_guidances(part.path, base))
-        elif part.kind == "peft":
-            guidances.extend(peft_guidances(part.path, base))
-        elif part.kind == "method":
-            guidances.append(METHOD_SPECS[part.name].cls(**part.options))
-    return GuidedModel(base, guidances, seed=seed)
+    if isinstance(spec_or_model, GuidedModel):
+        return spec_or_model
+    if isinstance(spec_or_model, Base):
+        return GuidedModel(spec_or_model, seed=seed)
+    if isinstance(spec_or_model, MethodConfig):
+        spec = Spec((spec_or_model,))
+    elif isinstance(spec_or_model, Path):
+        spec = parse_spec(str(spec_or_model))
+    else:
+        spec = parse_spec(spec_or_model)
+    base_obj = _resolve_base(base, spec)
+    guidances: list = []
+    meta: dict[str, Any] = {}
+    for part in spec.parts:
+        if isinstance(part, MethodConfig):
+            guidances.append(part.build())
+        elif part.kind == "checkpoint":
+            loaded = load_checkpoint(part.path, base_obj, allow_other_base=allow_other_base)
+            guidances.extend(loaded.guidances)
+            other = meta.get("other_base", []) + loaded.meta.get("other_base", [])
+            meta = {**loaded.meta, **meta, **({"other_base": other} if other else {})}
+        else:
+            notes: list[dict[str, Any]] = []
+            guidances.extend(peft_guidances(part.path, base_obj, allow_other_base=allow_other_base, notes=notes))
+            if notes:
+                meta["other_base"] = meta.get("other_base", []) + notes
+    guided = GuidedModel(base_obj, guidances, seed=seed)
+    guided.meta = meta
+    return guided

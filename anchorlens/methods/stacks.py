@@ -15,3 +15,9 @@ def choose_layer_stacks(adapter, requested: tuple[str, ...] | None, kind: str) -
     if bad:
         raise UsageError(f"{kind}: unknown stack {bad[0]!r} for {adapter.family}; choose from: {', '.join(allowed)}")
     return tuple(requested)
+
+
+def layers_of(base, requested: tuple[str, ...] | None, kind: str) -> dict[str, int]:
+    """Layers per chosen stack of ``base`` (for size estimates before allocating)."""
+    adapter = base.adapter
+    return {s: adapter.num_layers(base.model, s) for s in choose_layer_stacks(adapter, requested, kind)}

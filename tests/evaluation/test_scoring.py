@@ -25,7 +25,7 @@ def test_decoder_scores_are_log_probs_at_the_answer_token(tiny_base):
     examples = bundled_examples("copa", limit=3)
     verb = verbalizer_ids(base.tokenizer, task)
     batch = scoring_batch(base, task, examples, verb)
-    for b, ex in enumerate(examples):  # the answer position holds the shared prefix token, right after "answer:"
+    for b in range(len(examples)):  # the answer position holds the shared prefix token, right after "answer:"
         pos = int(batch.answer_pos[b])
         assert batch.encoded.input_ids[b, pos] == verb.shared[-1]
         assert batch.encoded.tokens[b][pos - 1] == ":" and batch.encoded.attention_mask[b, pos + 1:].sum() == 0
@@ -79,3 +79,23 @@ def test_predict_table_columns(tiny_base):
     df = predict(tiny_base("tiny-gpt2"), bundled_examples("rte", limit=5), "rte", batch_size=2)
     assert list(df.columns) == ["idx", "label", "pred", "score_entailment", "score_not_entailment", "correct"]
     assert len(df) == 5 and df["correct"].dtype == bool
+
+
+def test_evaluation_takes_guided_models_only(tiny_base):
+    from types import SimpleNamespace
+
+    from anchorlens.evaluation.model import as_model
+    from anchorlens.methods import GuidedModel, load_guided
+
+    base = tiny_base("tiny-llama")
+    plain = as_model(base)
+    assert isinstance(plain, GuidedModel) and plain.base is base and plain.num_trainable() == 0
+    guided = load_guided("instance", base)
+    assert as_model(guided) is guided
+    with pytest.raises(TypeError, match="expected a Base or a GuidedModel"):  # duck typing used to pass this through
+        as_model(SimpleNamespace(base=base, forward=base.forward))
+    examples = bundled_examples("rte", limit=3)
+    a = predict(base, examples, get_task("rte"), batch_size=2)
+    b = predict(load_guided("base", base), examples, get_task("rte"), batch_size=2)
+    pd_cols = [c for c in a.columns if c.startswith("score_")]
+    assert (a[pd_cols].to_numpy() == b[pd_cols].to_numpy()).all()

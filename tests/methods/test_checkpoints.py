@@ -5,8 +5,9 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
-from anchorlens.errors import UsageError
+from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods import Capsule, DeepPrompt, GuidedModel, InstanceToken, SoftPrompt, load_guided
 from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 from tests.methods.helpers import rte_batch
@@ -82,3 +83,130 @@ def test_no_pickle_in_checkpoint(tiny_base, tmp_path):
     data = (path / "guidance.safetensors").read_bytes()
     assert not data.startswith(b"\x80")  # a pickle stream starts with the PROTO opcode
     json.loads((path / "anchorlens.json").read_text())
+
+
+# ---------------------------------------------------------------------- schema of anchorlens.json
+def _edit(path, change) -> None:
+    """Apply ``change(meta)`` to the checkpoint's anchorlens.json."""
+    file = path / "anchorlens.json"
+    meta = json.loads(file.read_text())
+    change(meta)
+    file.write_text(json.dumps(meta))
+
+
+def _set(*keys_and_value):
+    *keys, value = keys_and_value
+
+    def change(meta):
+        target = meta
+        for k in keys[:-1]:
+            target = target[k]
+        target[keys[-1]] = value
+
+    return change
+
+
+HOSTILE_META = [  # (edit of anchorlens.json, words the one-line error must contain)
+    (_set("format_version", True), "format_version must be an integer"),
+    (_set("format_version", -7), "format_version must be a positive integer"),
+    (_set("format_version", 0), "positive integer"),
+    (_set("format_version", "1"), "format_version must be an integer"),
+    (_set("format_version", 2), "newer than this anchorlens reads"),
+    (_set("methods", {"kind": "capsule"}), "field methods must be a list"),
+    (_set("methods", [["capsule"]]), "methods[0]: a method must be an object"),
+    (_set("methods", 0, "kind", 5), "kind must be a string"),
+    (_set("methods", 0, "kind", "lora"), "unknown method kind 'lora' (this anchorlens knows soft_prompt"),
+    (_set("methods", 0, "options", None), "options of capsule must be an object"),
+    (_set("methods", 0, "options", "rank", "eight"), "option rank of method capsule must be an integer"),
+    (_set("methods", 0, "options", "rank", True), "option rank of method capsule must be an integer"),
+    (_set("methods", 0, "options", "fusion", 3), "option fusion of method capsule must be one of"),
+    (_set("methods", 0, "options", "fusion", "mix"), "unknown capsule fusion 'mix'"),
+    (_set("methods", 0, "options", "glow", 1), "unknown option 'glow' for method capsule (this anchorlens knows fusion, rank"),
+    (_set("methods", 0, "extra", 1), "unknown key 'extra'"),
+    (_set("base", ["tiny-llama"]), "field base must be an object"),
+    (_set("base", "fingerprint", "hash", 12), "base.fingerprint.hash must be a string"),
+    (_set("base", "color", "red"), "unknown field base.color"),
+    (_set("seed", "x"), "field seed must be an integer"),
+    (_set("seed", True), "field seed must be an integer"),
+    (_set("lr", 0.1), "unknown field 'lr' (this anchorlens knows format_version"),
+    (lambda meta: meta.pop("methods"), "field methods is missing"),
+    (_set("methods", 0, "options", "position", [1]), "option position of method capsule must be a position"),
+]
+
+
+@pytest.mark.parametrize("change,needle", HOSTILE_META, ids=[n for _, n in HOSTILE_META])
+def test_hostile_meta_is_refused_naming_file_and_field(tiny_base, tmp_path, change, needle):
+    base = tiny_base("tiny-llama")
+    path = save_checkpoint(GuidedModel(base, [Capsule()]), tmp_path / "ckpt")
+    _edit(path, change)
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, base)
+    msg = str(err.value)
+    assert needle in msg and "anchorlens.json" in msg and "\n" not in msg, msg
+
+
+def test_a_checkpoint_asking_for_1e8_prompt_vectors_is_refused_before_allocating(tiny_base, tmp_path):
+    base = tiny_base("tiny-llama")
+    path = save_checkpoint(GuidedModel(base, [SoftPrompt(3)]), tmp_path / "ckpt")
+    _edit(path, _set("methods", 0, "options", "n", 10**8))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, base)
+    assert "methods[0]" in str(err.value) and "would allocate 23.8 GiB" in str(err.value) and "n <= 512" in str(err.value)
+
+
+def test_tensor_sizes_are_checked_against_the_options_before_allocating(tiny_base, tmp_path):
+    base = tiny_base("tiny-llama")
+    path = save_checkpoint(GuidedModel(base, [SoftPrompt(3)]), tmp_path / "ckpt")
+    _edit(path, _set("methods", 0, "options", "n", 500))  # within bounds, but the file holds 3 rows
+    with pytest.raises(CheckpointError, match=r"methods\[0\] \(prompt:n=500\) hold 192 values; its options need 32000"):
+        load_checkpoint(path, base)
+
+
+@pytest.mark.parametrize(
+    "bad,needle",
+    [
+        (lambda t: t.fill_(float("nan")), "NaN/Inf"),
+        (lambda t: t.index_fill_(0, torch.tensor([1]), float("inf")), "NaN/Inf"),
+        (lambda t: t.to(torch.int64), "dtype int64"),
+        (lambda t: t > 0, "dtype bool"),
+    ],
+)
+def test_guidance_tensors_must_be_finite_floats(tiny_base, tmp_path, bad, needle):
+    base = tiny_base("tiny-llama")
+    path = save_checkpoint(_trained(base), tmp_path / "ckpt")
+    file = path / "guidance.safetensors"
+    tensors = load_file(str(file))
+    tensors["0.prompt"] = bad(tensors["0.prompt"].clone())
+    save_file(tensors, str(file))
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, base)
+    assert "'0.prompt'" in str(err.value) and needle in str(err.value)
+
+
+def test_old_checkpoints_without_newer_options_still_load(tiny_base, tmp_path):
+    base = tiny_base("tiny-llama")
+    guided = GuidedModel(base, [SoftPrompt(3, position="last"), Capsule(fusion="prepend"), InstanceToken(k=2)])
+    path = save_checkpoint(guided, tmp_path / "ckpt")
+    _edit(path, lambda meta: meta["methods"][1]["options"].pop("mean"))  # written before the mean option existed
+    loaded = load_checkpoint(path, base)
+    assert [g.kind for g in loaded.guidances] == ["soft_prompt", "capsule", "instance"]
+    assert loaded.guidances[1].mean == "capsule+input" and str(loaded.guidances[0].position) == "last"
+
+
+# ---------------------------------------------------------------------- another base (issue 9)
+def test_a_checkpoint_of_another_model_type_is_refused_even_at_equal_width(tiny_base, tmp_path):
+    llama, gpt2 = tiny_base("tiny-llama"), tiny_base("tiny-gpt2")
+    assert (llama.hidden_size, llama.num_layers) == (gpt2.hidden_size, gpt2.num_layers)
+    path = save_checkpoint(_trained(llama), tmp_path / "ckpt")
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(path, gpt2)
+    msg = str(err.value)
+    assert "\n" not in msg and "'llama' vs 'gpt2'" in msg and "allow_other_base" in msg
+    with pytest.raises(CheckpointError):
+        load_guided(f"{path}+instance", base=gpt2)
+    with pytest.warns(UserWarning, match="trained on 'tiny-llama', loaded on 'tiny-gpt2'"):
+        loaded = load_guided(str(path), base=gpt2, allow_other_base=True)
+    [facts] = loaded.meta["other_base"]
+    assert facts["recorded"]["model_type"] == "llama" and facts["base"]["model_type"] == "gpt2"
+    with torch.no_grad():
+        assert torch.isfinite(loaded.forward(rte_batch(gpt2, "right")).logits).all()

@@ -107,3 +107,72 @@ def test_unsupported_peft_type_is_refused(tmp_path):
     (d / "adapter_config.json").write_text('{"peft_type": "LORA"}')
     with pytest.raises(UsageError, match="PROMPT_TUNING"):
         load_guided(str(d), base=load_base("tiny-llama"))
+
+
+# ---------------------------------------------------------------------- hostile adapters
+def _edit_config(path, **changes) -> None:
+    import json
+
+    file = path / "adapter_config.json"
+    cfg = json.loads(file.read_text())
+    cfg.update(changes)
+    file.write_text(json.dumps(cfg))
+
+
+def test_fewer_virtual_tokens_than_saved_rows_is_refused_as_peft_does(tmp_path):
+    from peft import PeftModel
+
+    from anchorlens.errors import CheckpointError
+
+    _build("tiny-llama", "prompt", tmp_path / "adapter")
+    _edit_config(tmp_path / "adapter", num_virtual_tokens=N - 1)
+    with pytest.raises(CheckpointError) as err:  # silently truncated to N-1 rows before
+        load_guided(str(tmp_path / "adapter"), base=load_base("tiny-llama"))
+    assert "num_virtual_tokens=3 needs 3 saved prompt rows" in str(err.value) and "(4, 64)" in str(err.value)
+    with pytest.raises(RuntimeError, match="size mismatch"):  # the real PEFT refuses the same adapter
+        PeftModel.from_pretrained(load_base("tiny-llama").model, str(tmp_path / "adapter"))
+
+
+def test_non_finite_adapter_weights_are_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from anchorlens.errors import CheckpointError
+
+    _build("tiny-llama", "prompt", tmp_path / "adapter")
+    file = tmp_path / "adapter" / "adapter_model.safetensors"
+    tensors = load_file(str(file))
+    name = next(iter(tensors))
+    tensors[name][1, 2] = float("nan")
+    save_file(tensors, str(file))
+    with pytest.raises(CheckpointError, match=f"tensor '{name}' holds 1 NaN/Inf"):
+        load_guided(str(tmp_path / "adapter"), base=load_base("tiny-llama"))
+
+
+@pytest.mark.parametrize(
+    "changes,needle",
+    [
+        ({"token_dim": 4096}, "field token_dim is 4096"),
+        ({"num_virtual_tokens": "four"}, "field num_virtual_tokens must be a positive integer"),
+        ({"num_virtual_tokens": 10**8}, "n <= 512"),
+        ({"base_model_name_or_path": 7}, "field base_model_name_or_path must be a string"),
+        ({"base_model_name_or_path": "meta-llama/Llama-2-7b-hf"}, "names 'meta-llama/Llama-2-7b-hf' but the base is 'tiny-llama'"),
+    ],
+)
+def test_adapter_config_is_validated_against_the_base(tmp_path, changes, needle):
+    from anchorlens.errors import CheckpointError
+
+    _build("tiny-llama", "prompt", tmp_path / "adapter")
+    _edit_config(tmp_path / "adapter", **changes)
+    with pytest.raises(CheckpointError) as err:
+        load_guided(str(tmp_path / "adapter"), base=load_base("tiny-llama"))
+    assert needle in str(err.value) and "adapter_config.json" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_adapter_for_another_named_model_loads_only_when_allowed(tmp_path):
+    _build("tiny-llama", "prompt", tmp_path / "adapter")
+    _edit_config(tmp_path / "adapter", base_model_name_or_path="HuggingFaceTB/SmolLM2-360M")
+    with pytest.warns(UserWarning, match="made for 'HuggingFaceTB/SmolLM2-360M'"):
+        guided = load_guided(str(tmp_path / "adapter"), base=load_base("tiny-llama"), allow_other_base=True)
+    assert guided.meta["other_base"][0]["recorded"]["spec"] == "HuggingFaceTB/SmolLM2-360M"
+    _edit_config(tmp_path / "adapter", base_model_name_or_path="org/Tiny-Llama")  # names this base: accepted quietly
+    assert load_guided(str(tmp_path / "adapter"), base=load_base("tiny-llama")).meta == {}
