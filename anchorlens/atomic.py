@@ -176,31 +176,62 @@ def _replace_dir(src: Path, dst: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-@contextmanager
-def atomic_dir(path: str | Path, *, replace: bool = False) -> Iterator[Path]:
-    """Yield a temp dir beside ``path`` to fill; on success it is renamed to ``path``, on error removed.
+def apply_umask_tree(root: Path) -> None:
+    """Give ``root`` and everything under it the umask's modes (safetensors and mkstemp write 0600, mkdtemp 0700)."""
+    _apply_umask(root, directory=True)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            _apply_umask(Path(folder) / name, directory=True)
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                executable = path.stat().st_mode & 0o111
+                os.chmod(path, (0o777 if executable else 0o666) & ~current_umask())
 
-    The temp dir records its owner so :func:`clean_stale_temps` can remove it if this process is
-    killed. ``replace``: an existing ``path`` is replaced (the caller decides whether it may be);
-    otherwise an existing ``path`` is a PathError at the end. The result gets the umask's mode.
-    """
-    target = Path(path)
+
+def owned_temp_dir(target: Path) -> Path:
+    """A new temp dir ``.NAME.anchorlens-tmp-XXXX`` beside ``target`` recording its owner (stale ones removed first)."""
     with os_errors(target, "cannot write"):
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(target.parent, target.name)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{TEMP_MARK}", dir=target.parent))
         (tmp / OWNER_FILE).write_text(json.dumps(owner_record()))
-    kept = False
+    return tmp
+
+
+@contextmanager
+def scratch_dir(target: str | Path) -> Iterator[Path]:
+    """An owner-recorded temp dir beside ``target`` for intermediate files, removed at the end (or by the next run)."""
+    tmp = owned_temp_dir(Path(target))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, replace: bool | Callable[[Path], bool] = False) -> Iterator[Path]:
+    """Yield a temp dir beside ``path`` to fill; on success it is renamed to ``path``, on error removed.
+
+    The temp dir records its owner so :func:`clean_stale_temps` can remove it if this process is
+    killed. ``replace``: whether an existing ``path`` may be replaced (a callable decides at rename
+    time); when it may not, the result is kept in a sibling ``NAME.kept-TIME`` and a PathError says
+    so. The result, and everything in it, gets the umask's modes.
+    """
+    target = Path(path)
+    tmp = owned_temp_dir(target)
     try:
         yield tmp
         with os_errors(target, "cannot write"):
             (tmp / OWNER_FILE).unlink(missing_ok=True)
-            _apply_umask(tmp, directory=True)
-            if target.exists() and not replace:
-                kept = True
-                raise PathError(f"{target} appeared while this run was writing; this run's result is kept in {tmp}")
+            apply_umask_tree(tmp)
+            exists = target.exists() or target.is_symlink()
+            if exists and not (replace(target) if callable(replace) else replace):
+                kept = target.with_name(f"{target.name}.kept-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+                tmp.rename(kept)
+                raise PathError(f"{target} was changed by someone else while this run was writing; "
+                                f"this run's result is kept in {kept}")
             _replace_dir(tmp, target)
     except BaseException:
-        if not kept:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
