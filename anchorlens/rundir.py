@@ -67,6 +67,19 @@ def _has_progress(path: Path) -> bool:
     return ckpts.is_dir() and any((c / "trainer_state.json").is_file() for c in ckpts.iterdir())
 
 
+def run_kind(path: Path) -> str | None:
+    """The ``kind`` an anchorlens run in ``path`` recorded (manifest or run marker), None when unknown."""
+    for record in (path / MANIFEST, path / RUN_MARKER):
+        try:
+            obj = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
 def run_state(path: str | Path) -> RunState:
     """What ``path`` holds: nothing, an unfinished or finished anchorlens run, or something else (foreign).
 
@@ -103,7 +116,7 @@ def _check_location(target: Path) -> None:
         raise PathError(f"cannot write {target}: {parent} is not writable (permission denied); choose another --out")
 
 
-def _check_state(target: Path, state: RunState, *, force: bool, resume: bool) -> None:
+def _check_state(target: Path, state: RunState, *, kind: str, force: bool, resume: bool) -> None:
     """Refuse what the claim may not replace or continue."""
     if state == "foreign":
         raise UsageError(f"{target} is not empty and holds no anchorlens run (no {MANIFEST} or progress); --force "
@@ -113,6 +126,10 @@ def _check_state(target: Path, state: RunState, *, force: bool, resume: bool) ->
     if state == "unfinished" and not (force or resume):
         raise UsageError(f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
                          "replace it, or choose another --out")
+    found = run_kind(target) if state in ("finished", "unfinished") else None
+    if resume and not force and found is not None and found != kind:
+        raise UsageError(f"{target} holds a {found} run, not a {kind} run; it cannot be continued: choose another "
+                         "--out (or --force to replace it)")
 
 
 # ---------------------------------------------------------------------------- the lock
@@ -222,6 +239,17 @@ class OutClaim:
                 write_json(self.path / RUN_MARKER, {"kind": self.kind, **owner_record(), **(facts or {})})
         return self.path
 
+    def discard_if_empty(self) -> bool:
+        """After a failed in-place run: remove ``OUT`` when this claim created it and nothing resumable is in it."""
+        if self.state != "absent" or not self.path.is_dir():
+            return False
+        keep = {RUN_MARKER, f"{PROGRESS_DIR}/run.json"}
+        files = [p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if not p.is_dir()]
+        if any(f not in keep for f in files):
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
+
     def finish_in_place(self, record: dict[str, Any]) -> Path:
         """Write ``OUT/manifest.json`` (the commit marker of an in-place run) and drop the run marker."""
         path = write_json(self.path / MANIFEST, record)
@@ -253,7 +281,7 @@ def claim_out(path: str | Path, *, kind: str, force: bool = False, resume: bool 
     fd = _acquire(target)
     try:
         state = run_state(target)
-        _check_state(target, state, force=force, resume=resume)
+        _check_state(target, state, kind=kind, force=force, resume=resume)
     except BaseException:
         lock_path(target).unlink(missing_ok=True)
         os.close(fd)
@@ -350,4 +378,4 @@ def check_writable(path: Path, force: bool) -> None:
     """Deprecated (until the CLI claims with :func:`claim_out`): the up-front checks of a claim, without the lock."""
     target = Path(path).expanduser().absolute()
     _check_location(target)
-    _check_state(target, run_state(target), force=force, resume=False)
+    _check_state(target, run_state(target), kind="", force=force, resume=False)

@@ -191,6 +191,10 @@ def run_capture(
         rt.agree(lambda: _finish(claim, reducers, anchors, facts_out, base_obj, store) if claim is not None else None)
         rt.barrier()
         return out
+    except BaseException:
+        if claim is not None:
+            claim.discard_if_empty()  # a run stopped before its first chunk leaves no OUT behind
+        raise
     finally:
         if claim is not None:
             claim.release()
