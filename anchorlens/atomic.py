@@ -49,14 +49,18 @@ def _reason(err: OSError) -> str:
 
 
 @contextmanager
-def os_errors(path: str | Path, what: str = "", hint: str = "") -> Iterator[None]:
-    """Turn any OSError raised inside the block into a one-line PathError naming ``path``."""
+def os_errors(path: str | Path, what: str = "", hint: str = "", *, name_path: bool = False) -> Iterator[None]:
+    """Turn any OSError raised inside the block into a one-line PathError naming ``path``.
+
+    The message names the file the error was about, or ``path`` when ``name_path`` (e.g. a temp file's
+    final destination) or when the error names none.
+    """
     try:
         yield
     except PathError:
         raise
     except OSError as err:
-        where = err.filename or path
+        where = path if name_path else (err.filename or path)
         label = f"{what} {where}" if what else str(where)
         raise PathError(f"{label}: {_reason(err)}" + (f"; {hint}" if hint else "")) from None
 
@@ -99,15 +103,19 @@ def write_json(path: str | Path, obj: Any, *, sort_keys: bool = False) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists on this host."""
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` runs on this host (a zombie, dead but not yet reaped, counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def owner_record() -> dict[str, Any]:
@@ -122,7 +130,7 @@ def owner_alive(record: dict[str, Any] | None) -> bool:
     if record.get("host") != socket.gethostname():
         return True
     pid = record.get("pid")
-    return isinstance(pid, int) and _pid_alive(pid)
+    return isinstance(pid, int) and pid_alive(pid)
 
 
 def read_owner(directory: Path) -> dict[str, Any] | None:

@@ -218,8 +218,8 @@ class OutClaim:
         """Yield a temp folder to fill; on success it replaces ``OUT`` whole, on error nothing is left."""
         if not self.held:
             raise RuntimeError(f"the claim on {self.path} was released before writing")
-        with atomic_dir(self.path, replace=self._may_replace) as tmp:
-            yield tmp
+        with atomic_dir(self.path, replace=self._may_replace) as tmp, os_errors(self.path, "cannot write", name_path=True):
+            yield tmp  # a full disk or quota while filling it: one line naming OUT, nothing left behind
 
     @contextmanager
     def scratch(self) -> Iterator[Path]:
