@@ -14,9 +14,10 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from anchorlens.errors import PathError
 
@@ -71,7 +72,7 @@ def _apply_umask(path: Path, directory: bool) -> None:
     os.chmod(path, mode)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temp sibling, then rename it over ``path`` (readers never see half a file)."""
     path = Path(path)
     with os_errors(path, "cannot write"):

@@ -26,12 +26,13 @@ import os
 import platform
 import shutil
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterator, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from anchorlens.atomic import TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, owner_record, scratch_dir, write_json
 from anchorlens.errors import PathError, UsageError

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from anchorlens.atomic import (OWNER_FILE, TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, write_json,
-                               write_text)
+from anchorlens.atomic import OWNER_FILE, TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, write_json, write_text
 from anchorlens.errors import PathError
 
 

@@ -15,8 +15,18 @@ from safetensors.torch import save_file
 
 from anchorlens.atomic import TEMP_MARK
 from anchorlens.errors import PathError, UsageError
-from anchorlens.rundir import (MANIFEST, RUN_MARKER, OutClaim, base_facts, check_writable, claim_out, lock_path,
-                               manifest, run_state, write_manifest)
+from anchorlens.rundir import (
+    MANIFEST,
+    RUN_MARKER,
+    OutClaim,
+    base_facts,
+    check_writable,
+    claim_out,
+    lock_path,
+    manifest,
+    run_state,
+    write_manifest,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

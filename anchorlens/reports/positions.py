@@ -7,8 +7,8 @@ import pandas as pd
 
 from anchorlens.figures import position_sweep, save_figure
 from anchorlens.reports.comparison import write_metrics
-from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.reports.tables import to_markdown
+from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.positions import PositionSweep
 
 

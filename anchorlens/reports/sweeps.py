@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from anchorlens.figures import save_figure, sweep_curve
-from anchorlens.rundir import OutClaim, claimed, write_manifest
 from anchorlens.reports.tables import to_markdown
+from anchorlens.rundir import OutClaim, claimed, write_manifest
 
 
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:

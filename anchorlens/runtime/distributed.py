@@ -12,10 +12,10 @@ import copy
 import os
 import socket
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file

@@ -20,8 +20,8 @@ from anchorlens.tasks import Task, get_task
 from anchorlens.training import checkpointing as ckpt
 from anchorlens.training.config import TrainConfig
 from anchorlens.training.data import BatchOrder
-from anchorlens.training.losses import classification_loss
 from anchorlens.training.guards import assert_base_has_no_grad, trainable_guidance
+from anchorlens.training.losses import classification_loss
 from anchorlens.training.optim import load_optimizer_state, make_optimizer, optimizer_state
 from anchorlens.training.resources import peak_cuda_mb, peak_rss_mb
 from anchorlens.training.state import TrainerState, rng_state, set_rng_state

@@ -13,22 +13,21 @@ import dataclasses
 import hashlib
 import json
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import torch
 
-from anchorlens.analyses import metrics_frame
+from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.atomic import atomic_write
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.atomic import atomic_write
 from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.models import load_model
-from anchorlens.analyses import default_reducers
 from anchorlens.workflows.statistics import anchors_of
 
 METRICS_FILE = "metrics.parquet"

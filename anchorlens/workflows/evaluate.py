@@ -7,9 +7,9 @@ from typing import Any
 
 import pandas as pd
 
+from anchorlens.atomic import write_json
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, as_model, predict, task_metrics
 from anchorlens.models.base import Base
-from anchorlens.atomic import write_json
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.inputs import resolve_inputs
 

@@ -85,6 +85,7 @@ def test_more_ranks_than_examples(tmp_path):
     pd.testing.assert_frame_equal(got, read_metrics(capture(tmp_path / "single", n=1)), check_exact=True)
 
 
+@pytest.mark.slow
 def test_sigint_during_capture_then_rerun_leaves_no_partial_out_or_temp_dirs(tmp_path):
     out = tmp_path / "out"
     proc = spawn(f"from tests.runtime.test_faults import main; main({str(out)!r}, kill_rank=0, sig={int(signal.SIGINT)})")

@@ -150,8 +150,8 @@ def test_foreign_directory_is_refused(tmp_path):
 
 
 def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
-    from anchorlens.runtime.shards import chunk_indices, run_chunks
     from anchorlens.analyses import default_reducers
+    from anchorlens.runtime.shards import chunk_indices, run_chunks
     from tests.runtime.synth import feed, make_items
     from tests.runtime.test_reducer_properties import frames
 
