@@ -123,7 +123,8 @@ def _check_state(target: Path, state: RunState, *, kind: str, force: bool, resum
         raise UsageError(f"{target} is not empty and holds no anchorlens run (no {MANIFEST} or progress); --force "
                          "replaces only what anchorlens wrote: choose another --out or empty it yourself")
     if state == "finished" and not (force or resume):
-        raise UsageError(f"{target} already holds a finished run; pass --force to replace it or choose another --out")
+        raise UsageError(f"{target} already exists and holds a finished run; pass --force to replace it or choose "
+                         "another --out")
     if state == "unfinished" and not (force or resume):
         raise UsageError(f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
                          "replace it, or choose another --out")

@@ -106,7 +106,7 @@ def test_two_compares_into_one_out_exactly_one_wins(tmp_path):
     loser_output = next(o for o, rc in results if rc == 2)
     errors = [line for line in loser_output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in loser_output, loser_output
-    assert "being written by another anchorlens run" in errors[0] or "already holds a finished run" in errors[0]
+    assert "being written by another anchorlens run" in errors[0] or "holds a finished run" in errors[0]
     assert set(pd.read_parquet(out / "metrics.parquet")["checkpoint"]) == {"base", winner}  # nothing mixed
     assert leftovers(tmp_path) == []
 
@@ -150,9 +150,9 @@ def test_figures_write_an_atomic_folder_with_a_manifest(compare_run, tmp_path):
     folder, count = redraw_figures(compare_run, tmp_path / "figs")
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["kind"] == "figures" and manifest["figures"] == count == len(list(folder.glob("*.png")))
-    with pytest.raises(UsageError, match="already holds a finished run"):
+    with pytest.raises(UsageError, match="holds a finished run"):
         redraw_figures(compare_run, tmp_path / "figs")
-    with pytest.raises(UsageError, match="already holds a finished run"):
+    with pytest.raises(UsageError, match="holds a finished run"):
         redraw_figures(compare_run)  # RUN/figures, written by compare
     before = sorted(p.name for p in (compare_run / "figures").iterdir())
     folder, _ = redraw_figures(compare_run, force=True)

@@ -102,7 +102,7 @@ def test_user_files_added_to_a_claimed_empty_folder_are_kept(tmp_path):
 def test_finished_run_is_refused_without_force_and_replaced_with_it(tmp_path):
     out = finished_run(tmp_path / "run")
     assert run_state(out) == "finished"
-    with pytest.raises(UsageError, match="already holds a finished run; pass --force"):
+    with pytest.raises(UsageError, match="already exists and holds a finished run; pass --force"):
         claim_out(out, kind="compare")
     with claim_out(out, kind="compare", force=True) as claim, claim.atomic() as tmp:
         (tmp / "result.txt").write_text("new")
