@@ -229,3 +229,19 @@ def test_sigint_during_train_then_resume_leaves_no_partial_out_or_temp_dirs(tmp_
           progress=False, resume=True)
     assert (late / "manifest.json").is_file() and not (late / ".anchorlens-run.json").exists()
     assert leftovers(tmp_path) == []
+
+
+def test_sweep_length_runs_are_staged_beside_out_and_moved_in_with_the_result(tmp_path):
+    from anchorlens.reports.sweeps import write_sweep
+    from anchorlens.rundir import claim_out
+
+    table = pd.DataFrame({"length": [1, 3], "accuracy": [0.5, 0.75], "ci_low": [0.4, 0.6], "ci_high": [0.6, 0.9]})
+    out = tmp_path / "sweep"
+    with claim_out(out, kind="sweep-length") as claim, claim.scratch() as scratch:
+        (scratch / "runs" / "len-1").mkdir(parents=True)
+        (scratch / "runs" / "len-1" / "summary.json").write_text("{}")
+        assert scratch.parent == tmp_path and TEMP_MARK in scratch.name  # beside OUT, owner-recorded, not in /tmp
+        write_sweep(table, claim, kind="length", x="length", by=None, facts={"steps": 1}, runs=scratch / "runs")
+    assert (out / "runs" / "len-1" / "summary.json").is_file() and (out / "sweep.csv").is_file()
+    assert json.loads((out / "manifest.json").read_text())["kind"] == "sweep-length"
+    assert leftovers(tmp_path) == []
