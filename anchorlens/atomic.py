@@ -14,9 +14,10 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from anchorlens.errors import PathError
 
@@ -49,14 +50,18 @@ def _reason(err: OSError) -> str:
 
 
 @contextmanager
-def os_errors(path: str | Path, what: str = "", hint: str = "") -> Iterator[None]:
-    """Turn any OSError raised inside the block into a one-line PathError naming ``path``."""
+def os_errors(path: str | Path, what: str = "", hint: str = "", *, name_path: bool = False) -> Iterator[None]:
+    """Turn any OSError raised inside the block into a one-line PathError naming ``path``.
+
+    The message names the file the error was about, or ``path`` when ``name_path`` (e.g. a temp file's
+    final destination) or when the error names none.
+    """
     try:
         yield
     except PathError:
         raise
     except OSError as err:
-        where = err.filename or path
+        where = path if name_path else (err.filename or path)
         label = f"{what} {where}" if what else str(where)
         raise PathError(f"{label}: {_reason(err)}" + (f"; {hint}" if hint else "")) from None
 
@@ -67,7 +72,7 @@ def _apply_umask(path: Path, directory: bool) -> None:
     os.chmod(path, mode)
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a temp sibling, then rename it over ``path`` (readers never see half a file)."""
     path = Path(path)
     with os_errors(path, "cannot write"):
@@ -99,15 +104,19 @@ def write_json(path: str | Path, obj: Any, *, sort_keys: bool = False) -> Path:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=sort_keys, default=str) + "\n")
 
 
-def _pid_alive(pid: int) -> bool:
-    """Whether a process with ``pid`` exists on this host."""
+def pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` runs on this host (a zombie, dead but not yet reaped, counts as dead)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def owner_record() -> dict[str, Any]:
@@ -122,7 +131,7 @@ def owner_alive(record: dict[str, Any] | None) -> bool:
     if record.get("host") != socket.gethostname():
         return True
     pid = record.get("pid")
-    return isinstance(pid, int) and _pid_alive(pid)
+    return isinstance(pid, int) and pid_alive(pid)
 
 
 def read_owner(directory: Path) -> dict[str, Any] | None:
@@ -176,31 +185,62 @@ def _replace_dir(src: Path, dst: Path) -> None:
             old.unlink(missing_ok=True)
 
 
-@contextmanager
-def atomic_dir(path: str | Path, *, replace: bool = False) -> Iterator[Path]:
-    """Yield a temp dir beside ``path`` to fill; on success it is renamed to ``path``, on error removed.
+def apply_umask_tree(root: Path) -> None:
+    """Give ``root`` and everything under it the umask's modes (safetensors and mkstemp write 0600, mkdtemp 0700)."""
+    _apply_umask(root, directory=True)
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            _apply_umask(Path(folder) / name, directory=True)
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                executable = path.stat().st_mode & 0o111
+                os.chmod(path, (0o777 if executable else 0o666) & ~current_umask())
 
-    The temp dir records its owner so :func:`clean_stale_temps` can remove it if this process is
-    killed. ``replace``: an existing ``path`` is replaced (the caller decides whether it may be);
-    otherwise an existing ``path`` is a PathError at the end. The result gets the umask's mode.
-    """
-    target = Path(path)
+
+def owned_temp_dir(target: Path) -> Path:
+    """A new temp dir ``.NAME.anchorlens-tmp-XXXX`` beside ``target`` recording its owner (stale ones removed first)."""
     with os_errors(target, "cannot write"):
         target.parent.mkdir(parents=True, exist_ok=True)
         clean_stale_temps(target.parent, target.name)
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}{TEMP_MARK}", dir=target.parent))
         (tmp / OWNER_FILE).write_text(json.dumps(owner_record()))
-    kept = False
+    return tmp
+
+
+@contextmanager
+def scratch_dir(target: str | Path) -> Iterator[Path]:
+    """An owner-recorded temp dir beside ``target`` for intermediate files, removed at the end (or by the next run)."""
+    tmp = owned_temp_dir(Path(target))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def atomic_dir(path: str | Path, *, replace: bool | Callable[[Path], bool] = False) -> Iterator[Path]:
+    """Yield a temp dir beside ``path`` to fill; on success it is renamed to ``path``, on error removed.
+
+    The temp dir records its owner so :func:`clean_stale_temps` can remove it if this process is
+    killed. ``replace``: whether an existing ``path`` may be replaced (a callable decides at rename
+    time); when it may not, the result is kept in a sibling ``NAME.kept-TIME`` and a PathError says
+    so. The result, and everything in it, gets the umask's modes.
+    """
+    target = Path(path)
+    tmp = owned_temp_dir(target)
     try:
         yield tmp
         with os_errors(target, "cannot write"):
             (tmp / OWNER_FILE).unlink(missing_ok=True)
-            _apply_umask(tmp, directory=True)
-            if target.exists() and not replace:
-                kept = True
-                raise PathError(f"{target} appeared while this run was writing; this run's result is kept in {tmp}")
+            apply_umask_tree(tmp)
+            exists = target.exists() or target.is_symlink()
+            if exists and not (replace(target) if callable(replace) else replace):
+                kept = target.with_name(f"{target.name}.kept-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+                tmp.rename(kept)
+                raise PathError(f"{target} was changed by someone else while this run was writing; "
+                                f"this run's result is kept in {kept}")
             _replace_dir(tmp, target)
     except BaseException:
-        if not kept:
-            shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
         raise

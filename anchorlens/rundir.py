@@ -1,54 +1,370 @@
-"""Run directories written atomically: a temp sibling renamed into place, never a half-written DIR."""
+"""Output directories: claim an ``--out`` once, write results atomically, record a manifest.
+
+Every command that writes (compare, capture, evaluate, positions, sweeps, train, figures) starts
+with :func:`claim_out`, before any computation. The claim
+
+- refuses an ``--out`` that is the current directory, one of its parents or ``/``; a path under a
+  file or an unwritable parent; an existing finished run unless ``force``; and a non-empty
+  directory that anchorlens did not write (no manifest, no progress marker) even with ``force``:
+  ``--force`` replaces only what anchorlens wrote;
+- holds an exclusive ``fcntl.flock`` on ``.OUT.anchorlens-lock`` beside ``OUT`` (owner pid/host
+  recorded inside) for the whole run, so a second run into the same ``OUT`` is refused before it
+  computes anything. The kernel drops the lock when its owner dies, so a killed run's claim is
+  taken over by the next one.
+
+Whole-folder results are written with :meth:`OutClaim.atomic` (a temp sibling renamed into place,
+umask modes, see :func:`anchorlens.atomic.atomic_dir`); resumable runs (capture progress, training
+checkpoints) write inside ``OUT`` between :meth:`OutClaim.start_in_place` and
+:meth:`OutClaim.finish_in_place`, whose ``manifest.json`` is the commit marker.
+"""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import platform
 import shutil
 import sys
-import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Literal, Protocol
 
-from anchorlens.errors import UsageError
+from anchorlens.atomic import TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, owner_record, scratch_dir, write_json
+from anchorlens.errors import PathError, UsageError
+
+MANIFEST = "manifest.json"
+MANIFEST_FORMAT = "anchorlens-run/1"
+RUN_MARKER = ".anchorlens-run.json"  # an unfinished in-place run (capture, train): "anchorlens wrote this"
+PROGRESS_DIR = ".progress"  # capture's resumable chunk states (anchorlens.runtime.shards)
+CHECKPOINTS = "checkpoints"  # training's step checkpoints (anchorlens.training.checkpointing)
+LOCK_SUFFIX = ".anchorlens-lock"
+
+RunState = Literal["absent", "unfinished", "finished", "foreign"]
 
 
-def check_writable(path: Path, force: bool) -> None:
-    """Refuse an existing, non-empty ``path`` unless ``force``; refuse a file where a DIR is wanted."""
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{path} exists and is not a directory; choose another --out")
-    if path.is_dir() and any(path.iterdir()) and not force:
-        raise UsageError(f"{path} already exists; pass --force to replace it or choose another --out")
+# ---------------------------------------------------------------------------- what is in OUT
+def is_manifest(path: Path) -> bool:
+    """Whether ``path`` is a manifest written by anchorlens (this format or the earlier one)."""
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(obj, dict):
+        return False
+    versions = obj.get("versions")
+    return obj.get("format") == MANIFEST_FORMAT or (isinstance(versions, dict) and "anchorlens" in versions)
+
+
+def _has_progress(path: Path) -> bool:
+    """Whether ``path`` holds a marker of an unfinished anchorlens run (run marker, capture progress, checkpoints)."""
+    if (path / RUN_MARKER).is_file() or (path / PROGRESS_DIR / "run.json").is_file():
+        return True
+    ckpts = path / CHECKPOINTS
+    return ckpts.is_dir() and any((c / "trainer_state.json").is_file() for c in ckpts.iterdir())
+
+
+def run_kind(path: Path) -> str | None:
+    """The ``kind`` an anchorlens run in ``path`` recorded (manifest or run marker), None when unknown."""
+    for record in (path / MANIFEST, path / RUN_MARKER):
+        try:
+            obj = json.loads(record.read_text())
+        except (OSError, ValueError):
+            continue
+        kind = obj.get("kind") if isinstance(obj, dict) else None
+        if isinstance(kind, str):
+            return kind
+    return None
+
+
+def run_state(path: str | Path) -> RunState:
+    """What ``path`` holds: nothing, an unfinished or finished anchorlens run, or something else (foreign).
+
+    A ``figures`` folder inside a finished run counts as that run's (compare wrote it there).
+    """
+    path = Path(path)
+    if not path.is_dir() and not path.exists():
+        return "absent"
+    if not path.is_dir():
+        return "foreign"
+    if is_manifest(path / MANIFEST) or (path.name == "figures" and is_manifest(path.parent / MANIFEST)):
+        return "finished"
+    if _has_progress(path):
+        return "unfinished"
+    return "foreign" if any(path.iterdir()) else "absent"
+
+
+# ---------------------------------------------------------------------------- up-front checks
+def _check_location(target: Path) -> None:
+    """Refuse the cwd / its parents / ``/``, a file, a path under a file, an unwritable parent (reads only)."""
+    resolved = target.resolve()
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents or resolved == Path(resolved.anchor):
+        raise UsageError(f"--out {target} is the current directory or one of its parents; anchorlens replaces "
+                         "its --out as a whole: choose a new folder, e.g. --out runs/NAME")
+    if target.exists() and not target.is_dir():
+        raise PathError(f"--out {target} exists and is not a directory; choose another --out")
+    parent = target.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise PathError(f"cannot write {target}: {parent} is a file, not a directory; choose another --out")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PathError(f"cannot write {target}: {parent} is not writable (permission denied); choose another --out")
+
+
+def _check_state(target: Path, state: RunState, *, kind: str, force: bool, resume: bool) -> None:
+    """Refuse what the claim may not replace or continue."""
+    if state == "foreign":
+        raise UsageError(f"{target} is not empty and holds no anchorlens run (no {MANIFEST} or progress); --force "
+                         "replaces only what anchorlens wrote: choose another --out or empty it yourself")
+    if state == "finished" and not (force or resume):
+        raise UsageError(f"{target} already exists and holds a finished run; pass --force to replace it or choose "
+                         "another --out")
+    if state == "unfinished" and not (force or resume):
+        raise UsageError(f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
+                         "replace it, or choose another --out")
+    found = run_kind(target) if state in ("finished", "unfinished") else None
+    if resume and not force and found is not None and found != kind:
+        raise UsageError(f"{target} holds a {found} run, not a {kind} run; it cannot be continued: choose another "
+                         "--out (or --force to replace it)")
+
+
+# ---------------------------------------------------------------------------- the lock
+def lock_path(target: Path) -> Path:
+    """The lock file beside ``target``: ``.NAME.anchorlens-lock``."""
+    return target.parent / f".{target.name}{LOCK_SUFFIX}"
+
+
+def _busy(target: Path, fd: int) -> UsageError:
+    """The refusal for an ``OUT`` another live run holds (names it when its record is readable)."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        owner = json.loads(os.read(fd, 4096) or b"{}")
+    except (OSError, ValueError):
+        owner = {}
+    who = f" (pid {owner.get('pid')} on {owner.get('host')})" if isinstance(owner, dict) and owner.get("pid") else ""
+    return UsageError(f"{target} is being written by another anchorlens run{who}; wait for it to finish or choose "
+                      "another --out")
+
+
+def _acquire(target: Path) -> int:
+    """Take the exclusive lock of ``target`` without waiting; returns its fd (UsageError when held)."""
+    lock = lock_path(target)
+    with os_errors(lock, "cannot claim"):
+        for _ in range(10):
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                err = _busy(target, fd)
+                os.close(fd)
+                raise err from None
+            try:
+                same = os.stat(lock).st_ino == os.fstat(fd).st_ino  # a releaser may have unlinked it meanwhile
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(fd, 0)
+                os.write(fd, json.dumps(owner_record()).encode())
+                return fd
+            os.close(fd)
+    raise PathError(f"cannot claim {target}: its lock file {lock} keeps changing; retry")
+
+
+# ---------------------------------------------------------------------------- the claim
+@dataclass
+class OutClaim:
+    """An exclusive claim on one ``--out``, held until :meth:`release` (or the end of a ``with``)."""
+
+    path: Path
+    kind: str
+    state: RunState  # what OUT held when claimed
+    force: bool = False
+    _fd: int | None = field(default=None, repr=False)
+
+    def __enter__(self) -> OutClaim:
+        """The claim itself."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Release the claim."""
+        self.release()
+
+    @property
+    def held(self) -> bool:
+        """Whether this claim still holds its lock."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Drop the lock and remove its file (idempotent)."""
+        if self._fd is None:
+            return
+        try:
+            lock_path(self.path).unlink(missing_ok=True)  # under the lock: the next claimant re-checks the inode
+        except OSError:
+            pass
+        os.close(self._fd)
+        self._fd = None
+
+    def _may_replace(self, target: Path) -> bool:
+        """At rename time: replace only an empty dir or an anchorlens run (re-checked: the user may have written since)."""
+        return run_state(target) != "foreign"
+
+    @contextmanager
+    def atomic(self) -> Iterator[Path]:
+        """Yield a temp folder to fill; on success it replaces ``OUT`` whole, on error nothing is left."""
+        if not self.held:
+            raise RuntimeError(f"the claim on {self.path} was released before writing")
+        with atomic_dir(self.path, replace=self._may_replace) as tmp, os_errors(self.path, "cannot write", name_path=True):
+            yield tmp  # a full disk or quota while filling it: one line naming OUT, nothing left behind
+
+    @contextmanager
+    def scratch(self) -> Iterator[Path]:
+        """A temp folder beside ``OUT`` for intermediate files (removed at the end, or by the next run if killed)."""
+        with scratch_dir(self.path) as tmp:
+            yield tmp
+
+    def start_in_place(self, facts: dict[str, Any] | None = None) -> Path:
+        """Make ``OUT`` ready for an in-place run: cleared under ``force``, run marker written, stale temps removed."""
+        with os_errors(self.path, "cannot write"):
+            if self.force and self.state in ("finished", "unfinished"):
+                clear_run(self.path)
+                self.state = "absent"
+            self.path.mkdir(parents=True, exist_ok=True)
+            clean_stale_temps(self.path.parent, self.path.name)
+            if not (self.path / MANIFEST).exists():
+                write_json(self.path / RUN_MARKER, {"kind": self.kind, **owner_record(), **(facts or {})})
+        return self.path
+
+    def discard_if_empty(self) -> bool:
+        """After a failed in-place run: remove ``OUT`` when this claim created it and nothing resumable is in it."""
+        if self.state != "absent" or not self.path.is_dir():
+            return False
+        keep = {RUN_MARKER, f"{PROGRESS_DIR}/run.json"}
+        files = [p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if not p.is_dir()]
+        if any(f not in keep for f in files):
+            return False
+        shutil.rmtree(self.path, ignore_errors=True)
+        return True
+
+    def finish_in_place(self, record: dict[str, Any]) -> Path:
+        """Write ``OUT/manifest.json`` (the commit marker of an in-place run) and drop the run marker."""
+        path = write_json(self.path / MANIFEST, record)
+        (self.path / RUN_MARKER).unlink(missing_ok=True)
+        return path
+
+
+def clear_run(path: Path) -> None:
+    """Remove an anchorlens run folder (refuses anything else: ``--force`` replaces only what anchorlens wrote)."""
+    if run_state(path) == "foreign":
+        raise UsageError(f"{path} holds no anchorlens run; refusing to delete it")
+    aside = path.with_name(f".{path.name}{TEMP_MARK}old-{os.getpid()}")
+    with os_errors(path, "cannot replace"):
+        path.rename(aside)
+        shutil.rmtree(aside)
+
+
+def claim_out(path: str | Path, *, kind: str, force: bool = False, resume: bool = False) -> OutClaim:
+    """Claim ``path`` as the ``--out`` of a ``kind`` run before computing anything (see the module doc).
+
+    ``resume``: an existing anchorlens run (finished or not) may be continued in place. ``force``:
+    an existing anchorlens run may be replaced. A foreign non-empty directory is refused either way.
+    Raises UsageError / PathError (one line, exit 2).
+    """
+    target = Path(path).expanduser().absolute()
+    _check_location(target)
+    with os_errors(target.parent, "cannot create"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+    fd = _acquire(target)
+    try:
+        state = run_state(target)
+        _check_state(target, state, kind=kind, force=force, resume=resume)
+    except BaseException:
+        lock_path(target).unlink(missing_ok=True)
+        os.close(fd)
+        raise
+    return OutClaim(target, kind, state, force, fd)
+
+
+def as_claim(out: str | Path | OutClaim, *, kind: str, force: bool = False, resume: bool = False) -> OutClaim:
+    """``out`` when it is already a claim, else :func:`claim_out` on it (the caller then releases it)."""
+    return out if isinstance(out, OutClaim) else claim_out(out, kind=kind, force=force, resume=resume)
 
 
 @contextmanager
-def atomic_run_dir(path: str | Path, force: bool = False) -> Iterator[Path]:
-    """Yield a temp dir to fill; on success it replaces ``path``, on error nothing is left behind."""
-    target = Path(path).expanduser()
-    check_writable(target, force)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+def claimed(out: str | Path | OutClaim, *, kind: str, force: bool = False, resume: bool = False) -> Iterator[OutClaim]:
+    """:func:`as_claim` for a ``with`` block: a claim made here is released at its end, a given one is kept."""
+    claim = as_claim(out, kind=kind, force=force, resume=resume)
     try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{datetime.now().strftime('%H%M%S%f')}")
-        target.rename(old)
-    tmp.rename(target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        yield claim
+    finally:
+        if claim is not out:
+            claim.release()
 
 
+# ---------------------------------------------------------------------------- manifests
+class _HasBase(Protocol):
+    """What a manifest reads from a base model."""
+
+    spec: str
+
+    def fingerprint(self) -> Any:
+        """Architecture/weights fingerprint."""
+
+
+def base_facts(base: _HasBase) -> dict[str, Any]:
+    """Spec, fingerprint and (when the Base offers it) provenance of a base model."""
+    facts: dict[str, Any] = {"spec": base.spec, "fingerprint": base.fingerprint()}
+    provenance = getattr(base, "provenance", None)
+    if callable(provenance):
+        facts["provenance"] = provenance()
+    return facts
+
+
+def _version(dist: str) -> str:
+    """Installed version of ``dist`` ("absent" when not installed)."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def manifest(kind: str, *, base_model: _HasBase | None = None, data_digest: str | None = None, seed: int | None = None,
+             **facts: Any) -> dict[str, Any]:
+    """Provenance of a run: kind, command line, versions, time, base facts, data digest, seed, plus ``facts``."""
+    record: dict[str, Any] = {
+        "format": MANIFEST_FORMAT,
+        "kind": kind,
+        "command": sys.argv,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "versions": {d: _version(d) for d in ("anchorlens", "torch", "transformers", "numpy", "pandas")},
+    }
+    if base_model is not None:
+        record["base_model"] = base_facts(base_model)
+    if data_digest is not None:
+        record["data_digest"] = data_digest
+    if seed is not None:
+        record["seed"] = seed
+    record.update(facts)
+    return record
+
+
+def write_manifest(folder: Path, kind: str, **kwargs: Any) -> Path:
+    """Write ``folder/manifest.json`` from :func:`manifest` (atomically)."""
+    return write_json(folder / MANIFEST, manifest(kind, **kwargs))
+
+
+# ---------------------------------------------------------------------------- digests
 def file_digest(path: str | Path) -> str:
     """SHA-256 (first 16 hex) of a file."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
+    with os_errors(path, "cannot read"), open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]
@@ -60,25 +376,8 @@ def examples_digest(examples: list[dict]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _version(dist: str) -> str:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def manifest(**facts) -> dict:
-    """Provenance: command line, versions, time, plus the given facts (base fingerprint, data hash, seed)."""
-    return {
-        "command": sys.argv,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "python": platform.python_version(),
-        "versions": {d: _version(d) for d in ("anchorlens", "torch", "transformers", "numpy", "pandas")},
-        **facts,
-    }
-
-
-def write_json(path: Path, obj) -> Path:
-    """Write ``obj`` as indented JSON."""
-    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    return path
+def check_writable(path: Path, force: bool) -> None:
+    """Deprecated (until the CLI claims with :func:`claim_out`): the up-front checks of a claim, without the lock."""
+    target = Path(path).expanduser().absolute()
+    _check_location(target)
+    _check_state(target, run_state(target), kind="", force=force, resume=False)

@@ -8,8 +8,7 @@ import sys
 
 import pytest
 
-from anchorlens.atomic import (OWNER_FILE, TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, write_json,
-                               write_text)
+from anchorlens.atomic import OWNER_FILE, TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, write_json, write_text
 from anchorlens.errors import PathError
 
 
@@ -44,11 +43,12 @@ def test_atomic_dir_mode_and_replace(tmp_path):
     assert json.loads((run / "m.json").read_text()) == {"a": 1}
     assert not (run / OWNER_FILE).exists()
     assert oct(run.stat().st_mode & 0o777) == oct(0o755)
-    with pytest.raises(PathError, match="appeared while this run was writing"):
+    with pytest.raises(PathError, match="changed by someone else.*result is kept in .*run.kept-"):
         with atomic_dir(run) as tmp:
             (tmp / "new").write_text("kept")
-    kept = [p for p in tmp_path.iterdir() if TEMP_MARK in p.name]
+    kept = [p for p in tmp_path.iterdir() if ".kept-" in p.name]
     assert len(kept) == 1 and (kept[0] / "new").read_text() == "kept"
+    assert not [p for p in tmp_path.iterdir() if TEMP_MARK in p.name]
     with atomic_dir(run, replace=True) as tmp:
         (tmp / "b").write_text("b")
     assert sorted(p.name for p in run.iterdir()) == ["b"]

@@ -13,7 +13,8 @@ from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_
                                 role_flow_heatmaps, save_figure)
 from anchorlens.errors import UsageError
 from anchorlens.reports.html import render_report
-from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.atomic import write_json
+from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.reports.tables import headline_grid, to_markdown
 from anchorlens.workflows.compare import HEADLINE_ROLES, Comparison
 
@@ -68,11 +69,10 @@ def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
     return path
 
 
-def write_comparison(result: Comparison, out: str | Path, force: bool = False) -> Path:
-    """Write every artifact atomically into ``out``; refuses an existing ``out`` unless ``force``."""
-    target = Path(out)
+def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool = False) -> Path:
+    """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
     grid = headline_grid(result.headline, result.checkpoints)
-    with atomic_run_dir(target, force) as tmp:
+    with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
         write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
@@ -87,8 +87,8 @@ def write_comparison(result: Comparison, out: str | Path, force: bool = False) -
         (tmp / "summary.md").write_text("\n".join(md))
         (tmp / "report.html").write_text(render_report(title, facts, grid, rendered))
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
-        write_json(tmp / "manifest.json", manifest(**facts, data_digest=examples_digest(result.inputs.examples)))
-    return target
+        write_manifest(tmp, "compare", **facts, data_digest=examples_digest(result.inputs.examples))
+    return claim.path
 
 
 def write_figures(result: Comparison, folder: Path) -> list[tuple[str, bytes]]:
@@ -99,6 +99,20 @@ def write_figures(result: Comparison, folder: Path) -> list[tuple[str, bytes]]:
         save_figure(fig, folder / stem, overwrite=True)
         rendered.append((caption, figure_to_png_bytes(fig)))
     return rendered
+
+
+def redraw_figures(run_dir: str | Path, out: str | Path | OutClaim | None = None, force: bool = False) -> tuple[Path, int]:
+    """``anchorlens figures``: redraw a compare run's figures into ``out`` (default RUN_DIR/figures) atomically.
+
+    Returns (folder, number of figures). The folder records a manifest; a kill leaves no half folder.
+    """
+    target = Path(run_dir) / "figures" if out is None else out
+    with claimed(target, kind="figures", force=force) as claim:
+        result = load_comparison(run_dir)
+        with claim.atomic() as tmp:
+            rendered = write_figures(result, tmp)
+            write_manifest(tmp, "figures", source=str(Path(run_dir).absolute()), figures=len(rendered))
+    return claim.path, len(rendered)
 
 
 def load_comparison(run_dir: str | Path) -> Comparison:

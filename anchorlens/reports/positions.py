@@ -7,8 +7,8 @@ import pandas as pd
 
 from anchorlens.figures import position_sweep, save_figure
 from anchorlens.reports.comparison import write_metrics
-from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
 from anchorlens.reports.tables import to_markdown
+from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.positions import PositionSweep
 
 
@@ -19,11 +19,11 @@ def position_grid(summary: pd.DataFrame, order: list[str] | None = None) -> pd.D
     return grid.reindex(order or list(dict.fromkeys(summary["position"])))
 
 
-def write_positions(sweep: PositionSweep, out: str | Path, force: bool = False, accuracy: pd.DataFrame | None = None) -> Path:
-    """Write every artifact of a position sweep atomically into ``out``."""
-    target = Path(out)
+def write_positions(sweep: PositionSweep, out: str | Path | OutClaim, force: bool = False,
+                    accuracy: pd.DataFrame | None = None) -> Path:
+    """Write every artifact of a position sweep atomically into ``out`` (a path or the command's claim)."""
     grid = position_grid(sweep.summary, sweep.positions)
-    with atomic_run_dir(target, force) as tmp:
+    with claimed(out, kind="positions", force=force) as claim, claim.atomic() as tmp:
         write_metrics(sweep.metrics, tmp / "metrics")
         sweep.summary.to_csv(tmp / "positions.csv", index=False)
         (tmp / "figures").mkdir()
@@ -39,5 +39,5 @@ def write_positions(sweep: PositionSweep, out: str | Path, force: bool = False, 
               f"anchor_structural: the {sweep.anchor} token's own attention to structural tokens. Mean over examples "
               "(each averaged over layers and heads) with 95% bootstrap CI.", "", to_markdown(grid, "position"), ""]
         (tmp / "summary.md").write_text("\n".join(md))
-        write_json(tmp / "manifest.json", manifest(**sweep.facts, data_digest=examples_digest(sweep.inputs.examples)))
-    return target
+        write_manifest(tmp, "positions", **sweep.facts, data_digest=examples_digest(sweep.inputs.examples))
+    return claim.path

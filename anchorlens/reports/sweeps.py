@@ -1,13 +1,14 @@
 """Write sweep run directories: the table (csv + markdown), figures and a manifest."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pandas as pd
 
 from anchorlens.figures import save_figure, sweep_curve
-from anchorlens.rundir import atomic_run_dir, manifest, write_json
 from anchorlens.reports.tables import to_markdown
+from anchorlens.rundir import OutClaim, claimed, write_manifest
 
 
 def _fmt(df: pd.DataFrame) -> pd.DataFrame:
@@ -15,11 +16,10 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.apply(lambda col: col.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v))
 
 
-def write_sweep(table: pd.DataFrame, out: str | Path, *, kind: str, x: str, by: str | None, facts: dict,
-                force: bool = False, extra_metrics: tuple[str, ...] = ()) -> Path:
-    """sweep.csv, summary.md, figures/accuracy (+ one figure per extra metric), manifest.json, atomically."""
-    target = Path(out)
-    with atomic_run_dir(target, force) as tmp:
+def write_sweep(table: pd.DataFrame, out: str | Path | OutClaim, *, kind: str, x: str, by: str | None, facts: dict,
+                force: bool = False, extra_metrics: tuple[str, ...] = (), runs: Path | None = None) -> Path:
+    """sweep.csv, summary.md, figures/accuracy (+ one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
+    with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
         table.to_csv(tmp / "sweep.csv", index=False)
         (tmp / "figures").mkdir()
         save_figure(sweep_curve(table, x, "accuracy", by=by, title=f"{kind} sweep: accuracy (95% CI)"), tmp / "figures" / "accuracy")
@@ -30,5 +30,7 @@ def write_sweep(table: pd.DataFrame, out: str | Path, *, kind: str, x: str, by: 
         md = [f"# {kind} sweep", "", ", ".join(f"{k}: {v}" for k, v in facts.items()), "",
               to_markdown(_fmt(table.set_index(table.columns[0])), table.columns[0]), ""]
         (tmp / "summary.md").write_text("\n".join(md))
-        write_json(tmp / "manifest.json", manifest(job=f"sweep-{kind}", **facts))
-    return target
+        if runs is not None:
+            shutil.move(str(runs), str(tmp / "runs"))
+        write_manifest(tmp, f"sweep-{kind}", **facts)
+    return claim.path

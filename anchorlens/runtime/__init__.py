@@ -11,8 +11,8 @@ from anchorlens.runtime.distributed import (
     init_if_needed,
     initialized,
     is_main,
-    shutdown,
     shard,
+    shutdown,
 )
 from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
 

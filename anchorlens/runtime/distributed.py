@@ -3,22 +3,34 @@
 Both launchers export ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR`` and ``MASTER_PORT``;
 :func:`init_if_needed` starts the default process group from them (gloo on CPU, nccl on CUDA).
 Reducer states travel between ranks as raw bytes with a JSON skeleton (:mod:`anchorlens.runtime.codec`),
-never pickled: no ``all_gather_object``.
+never pickled: no ``all_gather_object``. Every rank's pid and host are exchanged at start, so when a
+collective fails because a rank died the others raise :class:`RankLostError`: one line naming it.
 """
 from __future__ import annotations
 
 import copy
 import os
+import socket
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Sequence, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
+from anchorlens.atomic import pid_alive
 from anchorlens.capture.reducer import Reducer
+from anchorlens.errors import UsageError
 from anchorlens.runtime.codec import pack_state, unpack_state
 
 T = TypeVar("T")
+_peers: list[tuple[int, int]] = []  # (pid, host hash) of every rank, exchanged by init_if_needed
+
+
+class RankLostError(UsageError):
+    """Another rank of a distributed run died (killed, crashed or out of memory); rerunning resumes."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +92,46 @@ def init_if_needed(backend: str | None = None) -> bool:
     if backend == "nccl":
         torch.cuda.set_device(info.local_rank)
     dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size)
+    _exchange_peers()
     return True
+
+
+def _host_hash() -> int:
+    """A 31-bit hash of this host's name (to tell which ranks share it)."""
+    return zlib.crc32(socket.gethostname().encode()) & 0x7FFFFFFF
+
+
+def _exchange_peers() -> None:
+    """Record every rank's (pid, host hash) so a lost rank can be named later."""
+    mine = torch.tensor([os.getpid(), _host_hash()], dtype=torch.long, device=device())
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    _peers[:] = [(int(t[0]), int(t[1])) for t in every]
+
+
+def lost_ranks() -> list[int]:
+    """Ranks on this host whose process is gone (empty when unknown or on other hosts)."""
+    me, host = dist_info().rank, _host_hash()
+    return [r for r, (pid, h) in enumerate(_peers) if r != me and h == host and not pid_alive(pid)]
+
+
+def rank_lost_message(what: str) -> str:
+    """One line for a collective that failed because another rank went away."""
+    me = dist_info().rank
+    dead = lost_ranks()
+    who = f"rank {', '.join(map(str, dead))} died" if dead else "another rank died or became unreachable"
+    return f"rank {me}: {who} during {what}; rerun the same command to resume from the saved progress"
+
+
+@contextmanager
+def collective(what: str) -> Iterator[None]:
+    """Turn the error of a collective whose peer died (gloo: connection closed; nccl: DistBackendError) into one line."""
+    try:
+        yield
+    except RuntimeError as err:  # DistError, DistBackendError and gloo's errors are RuntimeErrors
+        if isinstance(err, UsageError):
+            raise
+        raise RankLostError(rank_lost_message(what)) from None
 
 
 def shutdown(started: bool) -> None:
@@ -111,10 +162,11 @@ def is_main() -> bool:
 def barrier() -> None:
     """Wait for every rank (no-op without a process group)."""
     if initialized() and dist.get_world_size() > 1:
-        if dist.get_backend() == "nccl":
-            dist.barrier(device_ids=[torch.cuda.current_device()])
-        else:
-            dist.barrier()
+        with collective("a barrier"):
+            if dist.get_backend() == "nccl":
+                dist.barrier(device_ids=[torch.cuda.current_device()])
+            else:
+                dist.barrier()
 
 
 def agree(fn: Callable[[], T]) -> T:
@@ -127,11 +179,10 @@ def agree(fn: Callable[[], T]) -> T:
         error = err
     if initialized() and dist.get_world_size() > 1:
         flag = torch.tensor([1 if error is not None else 0], dtype=torch.long, device=device())
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        with collective("a status exchange"):
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if error is None and int(flag.item()):
-            from anchorlens.errors import UsageError
-
-            raise UsageError("another rank failed (its message is on that rank's stderr)")
+            raise UsageError(f"rank {dist_info().rank}: another rank failed (its message is on that rank's stderr)")
     if error is not None:
         raise error
     return result  # type: ignore[return-value]
@@ -144,12 +195,13 @@ def all_gather_bytes(buf: torch.Tensor) -> list[torch.Tensor]:
     dev, world = device(), dist.get_world_size()
     size = torch.tensor([buf.numel()], dtype=torch.long, device=dev)
     sizes = [torch.zeros_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size)
-    counts = [int(s.item()) for s in sizes]
-    padded = torch.zeros(max(counts), dtype=torch.uint8, device=dev)
-    padded[: buf.numel()] = buf.to(dev)
-    gathered = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(gathered, padded)
+    with collective("the exchange of results"):
+        dist.all_gather(sizes, size)
+        counts = [int(s.item()) for s in sizes]
+        padded = torch.zeros(max(counts), dtype=torch.uint8, device=dev)
+        padded[: buf.numel()] = buf.to(dev)
+        gathered = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(gathered, padded)
     return [g[:n].cpu() for g, n in zip(gathered, counts)]
 
 

@@ -6,29 +6,24 @@ the safetensors metadata) and then ``shard-XXXXX.json`` (run key, chunk, example
 a temp file and ``os.replace``; the json is the commit marker. ``run.json`` holds the run key: a
 re-run with the same key skips finished chunks and merges their saved states, so the result
 equals an uninterrupted run exactly (each example lives in one chunk; sums start from zero).
-No pickle anywhere: safetensors + JSON.
-
-Test hook: ``ANCHORLENS_TEST_CHUNK_DELAY`` (seconds, float) sleeps after each saved chunk so tests
-can kill a run mid-way. Leave it unset in normal use.
+No pickle anywhere: safetensors + JSON. Files are written through :mod:`anchorlens.atomic`.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from anchorlens.atomic import atomic_write, clean_stale_temps, write_json
 from anchorlens.capture.reducer import Reducer
+from anchorlens.rundir import PROGRESS_DIR
 from anchorlens.runtime.codec import state_from_tensors, state_to_tensors
 
-PROGRESS_DIR = ".progress"
 RUN_FILE = "run.json"
-DELAY_ENV = "ANCHORLENS_TEST_CHUNK_DELAY"
 
 
 def chunk_indices(n: int, chunk_size: int) -> list[list[int]]:
@@ -36,21 +31,6 @@ def chunk_indices(n: int, chunk_size: int) -> list[list[int]]:
     if chunk_size < 1:
         raise ValueError(f"chunk size must be at least 1, got {chunk_size}")
     return [list(range(s, min(s + chunk_size, n))) for s in range(0, n, chunk_size)]
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through ``path.tmp-PID`` then ``os.replace`` into place (readers never see half a file)."""
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    """Write ``obj`` as JSON atomically."""
-    _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n"))
 
 
 def _read_json(path: Path) -> dict | None:
@@ -76,11 +56,13 @@ class Progress:
         return None if info is None else str(info.get("run_key"))
 
     def start(self, facts: dict | None = None) -> None:
-        """Create the directory, drop stale temp files and record the run key (idempotent)."""
+        """Create the directory, drop temp files of killed writers and record the run key (idempotent).
+
+        Called under the run's claim on OUT, so every temp file in the directory is a dead writer's.
+        """
         self.dir.mkdir(parents=True, exist_ok=True)
-        for stale in self.dir.glob("*.tmp-*"):
-            stale.unlink(missing_ok=True)
-        write_json_atomic(self.dir / RUN_FILE, {"run_key": self.run_key, **(facts or {})})
+        clean_stale_temps(self.dir, max_age_s=0)
+        write_json(self.dir / RUN_FILE, {"run_key": self.run_key, **(facts or {})}, sort_keys=True)
 
     def paths(self, chunk: int) -> tuple[Path, Path]:
         """(safetensors, json) paths of a chunk."""
@@ -113,8 +95,9 @@ class Progress:
         tensors_path, marker = self.paths(chunk)
         skeleton, tensors = state_to_tensors([r.state_dict() for r in reducers])
         meta = {"skeleton": json.dumps(skeleton), "run_key": self.run_key}
-        _atomic_write(tensors_path, lambda p: save_file(tensors, str(p), metadata=meta))
-        write_json_atomic(marker, {"run_key": self.run_key, "chunk": chunk, "example_ids": [int(i) for i in example_ids]})
+        atomic_write(tensors_path, lambda p: save_file(tensors, str(p), metadata=meta))
+        write_json(marker, {"run_key": self.run_key, "chunk": chunk, "example_ids": [int(i) for i in example_ids]},
+                   sort_keys=True)
 
     def load(self, chunk: int, reducers: Sequence[Reducer]) -> None:
         """Load the chunk's saved states into ``reducers`` (fresh ones of the same kinds and options)."""
@@ -142,24 +125,19 @@ class Progress:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _test_delay() -> None:
-    """Sleep ``ANCHORLENS_TEST_CHUNK_DELAY`` seconds when set (tests only)."""
-    delay = os.environ.get(DELAY_ENV)
-    if delay:
-        time.sleep(float(delay))
-
-
 def run_chunks(
     chunks: Sequence[tuple[int, Sequence[int]]],
     compute: Callable[[Sequence[int], Sequence[Reducer]], None],
     make_reducers: Callable[[], list[Reducer]],
     progress: Progress | None = None,
     on_chunk: Callable[[int, bool], None] | None = None,
+    on_chunk_saved: Callable[[int], None] | None = None,
 ) -> list[Reducer]:
     """Reduce ``(chunk index, example ids)`` chunks, reusing saved ones; returns the merged reducers.
 
     compute(ids, reducers) folds the examples ``ids`` into fresh ``reducers``. on_chunk(n, resumed)
-    is called after each chunk with its size and whether it came from disk. A saved chunk that
+    is called after each chunk with its size and whether it came from disk; on_chunk_saved(chunk)
+    right after a computed chunk is committed to ``progress``. A saved chunk that
     cannot be read back (truncated, edited, another run's) is recomputed and saved again.
     """
     total = make_reducers()
@@ -171,7 +149,8 @@ def run_chunks(
             compute(ids, part)
             if progress is not None:
                 progress.save(chunk, ids, part)
-                _test_delay()
+                if on_chunk_saved is not None:
+                    on_chunk_saved(chunk)
         for t, p in zip(total, part):
             t.merge(p)
         if on_chunk is not None:

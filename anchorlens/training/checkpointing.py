@@ -1,27 +1,27 @@
 """Step checkpoints: ``OUT/checkpoints/step-N`` = guidance checkpoint + ``trainer_state.{safetensors,json}``.
 
-Each step directory is filled under a temporary name and renamed into place, so a crash never
-leaves a half-written ``step-N``; ``latest_checkpoint`` only sees complete ones.
+Each step directory is filled in an owner-recorded temp folder and renamed into place
+(:func:`anchorlens.atomic.atomic_dir`), so a crash never leaves a half-written ``step-N`` and the
+next run removes the killed writer's temp folder; ``latest_checkpoint`` only sees complete ones.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import save_file
 
+from anchorlens.atomic import atomic_dir, write_json
 from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
+from anchorlens.rundir import CHECKPOINTS
 from anchorlens.tensorfile import load_tensors
 
 STATE_TENSORS = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
-CHECKPOINTS = "checkpoints"
 _STEP = re.compile(r"^step-(\d+)$")
 
 
@@ -30,39 +30,19 @@ def step_dir(out: Path, step: int) -> Path:
     return out / CHECKPOINTS / f"step-{step:06d}"
 
 
-def write_text_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to a temp sibling and rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-    return path
+def _checkpoint_into(folder: Path, guided: Any, meta: dict[str, Any]) -> None:
+    """``save_checkpoint`` into the existing temp ``folder`` (it writes a new dir, whose files move up)."""
+    inner = save_checkpoint(guided, folder / "ckpt", **meta)
+    for child in inner.iterdir():
+        child.rename(folder / child.name)
+    inner.rmdir()
 
 
 def save_guidance_atomic(guided: Any, path: Path, **meta: Any) -> Path:
-    """``save_checkpoint`` into a temp sibling, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        save_checkpoint(guided, tmp / "ckpt", **meta)
-        _replace_dir(tmp / "ckpt", path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    """Write a guidance checkpoint to ``path`` atomically (an existing one there is replaced)."""
+    with atomic_dir(path, replace=True) as tmp:
+        _checkpoint_into(tmp, guided, meta)
     return path
-
-
-def _replace_dir(src: Path, dst: Path) -> None:
-    """Rename ``src`` to ``dst``, moving an existing ``dst`` aside first and deleting it after."""
-    old = None
-    if dst.exists():
-        old = dst.with_name(f".{dst.name}.old")
-        if old.exists():
-            shutil.rmtree(old)
-        dst.rename(old)
-    src.rename(dst)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def write_step(
@@ -70,16 +50,11 @@ def write_step(
 ) -> Path:
     """Write ``step-N`` atomically: guidance checkpoint (``meta`` -> save_checkpoint) plus trainer state."""
     final = step_dir(out, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        ckpt = save_checkpoint(guided, tmp / "ckpt", **meta)
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(ckpt / STATE_TENSORS),
+    with atomic_dir(final, replace=True) as tmp:
+        _checkpoint_into(tmp, guided, meta)
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / STATE_TENSORS),
                   metadata={"format": "anchorlens-trainer"})
-        (ckpt / STATE_JSON).write_text(json.dumps(facts, indent=1) + "\n")
-        _replace_dir(ckpt, final)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        write_json(tmp / STATE_JSON, facts)
     return final
 
 

@@ -5,6 +5,9 @@ from dataclasses import asdict, dataclass
 
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH
 
+# the one default learning rate (the README's reproduction used it); the CLI and workflows import it
+DEFAULT_LR = 3e-3
+
 # the settings a resumed run must share with the run it continues
 RESUME_KEYS = ("lr", "batch_size", "grad_accum", "optimizer", "weight_decay", "seed", "max_length", "max_grad_norm")
 
@@ -20,7 +23,7 @@ class TrainConfig:
     """
 
     steps: int
-    lr: float = 0.3
+    lr: float = DEFAULT_LR
     batch_size: int = 8
     grad_accum: int = 1
     optimizer: str = "adamw"

@@ -29,7 +29,7 @@ class TrainerState:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "TrainerState":
+    def from_json(cls, data: dict[str, Any]) -> TrainerState:
         """Rebuild from ``to_json``."""
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 

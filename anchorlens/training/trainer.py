@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
 
 from anchorlens.errors import UsageError
@@ -19,8 +20,8 @@ from anchorlens.tasks import Task, get_task
 from anchorlens.training import checkpointing as ckpt
 from anchorlens.training.config import TrainConfig
 from anchorlens.training.data import BatchOrder
-from anchorlens.training.losses import classification_loss
 from anchorlens.training.guards import assert_base_has_no_grad, trainable_guidance
+from anchorlens.training.losses import classification_loss
 from anchorlens.training.optim import load_optimizer_state, make_optimizer, optimizer_state
 from anchorlens.training.resources import peak_cuda_mb, peak_rss_mb
 from anchorlens.training.state import TrainerState, rng_state, set_rng_state
@@ -35,6 +36,7 @@ class TrainResult:
     guided: Any
     state: TrainerState
     summary: dict[str, Any]
+    predictions: pd.DataFrame | None = None  # eval predictions of ``guided`` as returned (scored once, not again)
 
 
 class Trainer:
@@ -69,6 +71,8 @@ class Trainer:
         self.order = BatchOrder(len(self.train_examples), config.batch_size, seed=config.seed)
         self.state = TrainerState()
         self.best: dict[str, torch.Tensor] | None = None
+        self.best_predictions: pd.DataFrame | None = None  # eval predictions of the best state
+        self.last_predictions: pd.DataFrame | None = None  # eval predictions of the latest evaluation
         self.train_time = 0.0
         torch.manual_seed(config.seed)
 
@@ -100,16 +104,17 @@ class Trainer:
         return {"loss": float(total) / seen, "train_accuracy": correct / seen}
 
     # ------------------------------------------------------------------ evaluation / early stopping
-    def evaluate(self) -> float:
-        """Accuracy on the eval examples (NaN without any)."""
+    def evaluate(self, progress: bool = False) -> float:
+        """Accuracy on the eval examples (NaN without any); the predictions are kept in ``last_predictions``."""
         if not self.eval_examples:
             return float("nan")
         self.guided.eval()
         try:
             preds = predict(self.guided, self.eval_examples, self.task, batch_size=self.config.eval_batch_size,
-                            max_length=self.config.max_length)
+                            max_length=self.config.max_length, progress=progress)
         finally:
             self.guided.train()
+        self.last_predictions = preds
         return float(preds["correct"].astype(bool).mean())
 
     def _maybe_evaluate(self, final: bool) -> float | None:
@@ -118,11 +123,12 @@ class Trainer:
         due = final or (every > 0 and self.state.step % every == 0)
         if not due or not self.eval_examples:
             return None
-        acc = self.evaluate()
+        acc = self.evaluate(progress=final and self.progress)
         if self.state.history and self.state.history[-1].get("step") == self.state.step:
             self.state.history[-1]["eval_accuracy"] = acc
         if self.state.record_eval(acc, self.config.patience):
             self.best = {k: v.clone() for k, v in self.guided.guidance_state_dict().items()}  # a snapshot, not a view
+            self.best_predictions = self.last_predictions
         return acc
 
     # ------------------------------------------------------------------ checkpoints
@@ -205,12 +211,14 @@ class Trainer:
                     on_step(self.state)
         finally:
             bar.close()
+        predictions = self.last_predictions
         if self.config.keep_best and self.best is not None:
             with torch.no_grad():
                 self.guided.load_guidance_state_dict(self.best)
+            predictions = self.best_predictions
         self.guided.eval()
         self.state.wall_time = self._wall()
-        return TrainResult(self.guided, self.state, self.summary())
+        return TrainResult(self.guided, self.state, self.summary(), predictions)
 
     def summary(self) -> dict[str, Any]:
         """Steps, epochs, wall time, time per step, peak memory, best eval accuracy and parameter counts."""

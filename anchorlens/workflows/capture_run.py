@@ -12,69 +12,53 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from anchorlens.analyses import metrics_frame
+from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.atomic import atomic_write
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.rundir import examples_digest, manifest
+from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
-from anchorlens.runtime.shards import PROGRESS_DIR, Progress, chunk_indices, run_chunks, write_json_atomic
+from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.models import load_model
-from anchorlens.analyses import default_reducers
 from anchorlens.workflows.statistics import anchors_of
 
 METRICS_FILE = "metrics.parquet"
-MANIFEST_FILE = "manifest.json"
+MANIFEST_FILE = MANIFEST
 FINISHED = "OUT already holds a finished run; pass --force to replace it"
 
 
 def is_finished(out: Path) -> bool:
     """Whether ``out`` holds a finished run (its manifest is the commit marker)."""
-    return (out / MANIFEST_FILE).is_file()
+    return run_state(out) == "finished"
 
 
-def check_out(out: Path, force: bool) -> None:
-    """Refuse a finished run or a foreign non-empty directory unless ``force`` (reads only)."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory; choose another --out")
-    if force or not out.is_dir():
-        return
-    if is_finished(out):
+def claim_capture(out: Path, force: bool) -> OutClaim:
+    """Claim OUT (rank 0): an unfinished capture is resumed, a finished one is replaced only with ``force``."""
+    claim = claim_out(out, kind="capture", force=force, resume=True)
+    if claim.state == "finished" and not force:
+        claim.release()
         raise UsageError(FINISHED.replace("OUT", str(out), 1))
-    if any(out.iterdir()) and not (out / PROGRESS_DIR).is_dir():
-        raise UsageError(f"{out} is not empty and holds no anchorlens capture run; pass --force to replace it or choose another --out")
+    return claim
 
 
-def _wipe(out: Path) -> None:
-    """Remove everything inside ``out`` (``--force``)."""
-    for child in out.iterdir():
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child)
-        else:
-            child.unlink()
-
-
-def prepare_out(out: Path, run_key: str, force: bool, facts: dict) -> Progress:
-    """Make OUT ready (rank 0): wipe it under ``force``, refuse another run's progress, record the key."""
-    check_out(out, force)
-    if force and out.is_dir():
-        _wipe(out)
-    stored = Progress.stored_key(out)
-    if stored is not None and stored != run_key:
+def prepare_out(claim: OutClaim, run_key: str, force: bool, facts: dict) -> Progress:
+    """Make OUT ready (rank 0): cleared under ``force``, another run's progress refused, the key recorded."""
+    stored = Progress.stored_key(claim.path)
+    if stored is not None and stored != run_key and not force:
         raise UsageError(
-            f"{out} holds an unfinished run of a different command (run key {stored}, this one {run_key}); "
+            f"{claim.path} holds an unfinished run of a different command (run key {stored}, this one {run_key}); "
             "rerun the original command to resume it, or pass --force to discard it"
         )
-    progress = Progress(out, run_key)
+    claim.start_in_place({"run_key": run_key})
+    progress = Progress(claim.path, run_key)
     progress.start(facts)
     return progress
 
@@ -125,17 +109,11 @@ def _progress_bar(total: int, enabled: bool):
     return tqdm(total=total, unit="ex", desc="capture", file=sys.stderr, disable=not enabled)
 
 
-def _finish(out: Path, reducers: Sequence, anchors: Sequence[str], facts: dict, progress: Progress) -> None:
+def _finish(claim: OutClaim, reducers: Sequence, anchors: Sequence[str], facts: dict, base, progress: Progress) -> None:
     """Rank 0: write metrics.parquet, then manifest.json (the commit marker), then drop .progress."""
     frame = metrics_frame(reducers, anchors=anchors)
-    metrics = out / METRICS_FILE
-    tmp = metrics.with_name(f"{metrics.name}.tmp-{os.getpid()}")
-    try:
-        frame.to_parquet(tmp, index=False)
-        os.replace(tmp, metrics)
-    finally:
-        tmp.unlink(missing_ok=True)
-    write_json_atomic(out / MANIFEST_FILE, manifest(kind="capture", rows=len(frame), **facts))
+    atomic_write(claim.path / METRICS_FILE, lambda p: frame.to_parquet(p, index=False))
+    claim.finish_in_place(manifest("capture", base_model=base, rows=len(frame), **facts))
     progress.clear()
 
 
@@ -157,15 +135,21 @@ def run_capture(
     seed: int = 0,
     backend: str | None = None,
     device: str | None = None,
+    on_chunk_saved: Callable[[int], None] | None = None,
 ) -> Path:
-    """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable)."""
+    """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable).
+
+    OUT is claimed by rank 0 before anything is computed and held until the end. on_chunk_saved(chunk)
+    runs after each chunk's progress is committed (see :func:`~anchorlens.runtime.shards.run_chunks`).
+    """
     if batch_size < 1 or chunk_size < 1:
         raise UsageError(f"--batch-size and --chunk-size must be at least 1 (got {batch_size}, {chunk_size})")
     started = rt.init_if_needed(backend)
+    claim: OutClaim | None = None
     try:
         info = rt.dist_info()
         out = Path(out).expanduser()
-        rt.agree(lambda: check_out(out, force))
+        claim = rt.agree(lambda: claim_capture(out, force) if rt.is_main() else None)
         inputs = resolve_inputs(task, data, n)
         if device is None and rt.device().type == "cuda":
             device = str(rt.device())
@@ -185,7 +169,7 @@ def run_capture(
             batch_size=batch_size, chunk_size=chunk_size, max_length=max_length, dtype=dtype, seed=seed,
         )
         facts_out = {**facts, "run_key": key, "data": inputs.source, "world_size": info.world_size, "launcher": info.launcher}
-        store = rt.agree(lambda: prepare_out(out, key, force, facts) if rt.is_main() else None)
+        store = rt.agree(lambda: prepare_out(claim, key, force, facts) if claim is not None else None)
         rt.barrier()
         store = store or Progress(out, key)
 
@@ -200,10 +184,17 @@ def run_capture(
 
         bar = _progress_bar(sum(len(ids) for _, ids in mine), progress and rt.is_main())
         with bar:
-            reducers = rt.agree(lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k)))
+            reducers = rt.agree(lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k),
+                                                   on_chunk_saved))
         rt.all_reduce_reducers(reducers)
-        rt.agree(lambda: _finish(out, reducers, anchors, facts_out, store) if rt.is_main() else None)
+        rt.agree(lambda: _finish(claim, reducers, anchors, facts_out, base_obj, store) if claim is not None else None)
         rt.barrier()
         return out
+    except BaseException:
+        if claim is not None:
+            claim.discard_if_empty()  # a run stopped before its first chunk leaves no OUT behind
+        raise
     finally:
+        if claim is not None:
+            claim.release()
         rt.shutdown(started)

@@ -7,9 +7,10 @@ from typing import Any
 
 import pandas as pd
 
+from anchorlens.atomic import write_json
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, as_model, predict, task_metrics
 from anchorlens.models.base import Base
-from anchorlens.rundir import atomic_run_dir, examples_digest, manifest, write_json
+from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.inputs import resolve_inputs
 
 
@@ -56,22 +57,33 @@ def evaluate(
     *,
     batch_size: int = 8,
     max_length: int | None = DEFAULT_MAX_LENGTH,
-    out: str | Path | None = None,
+    out: str | Path | OutClaim | None = None,
     force: bool = False,
     progress: bool = False,
 ) -> EvalResult:
-    """Predict every example of ``data`` (or the bundled set) and compute the task's metrics; write them to ``out``."""
+    """Predict every example of ``data`` (or the bundled set) and compute the task's metrics; write them to ``out``.
+
+    ``out`` (a path or an :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed.
+    """
+    if out is None:
+        return _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress)[0]
+    with claimed(out, kind="evaluate", force=force) as claim:
+        result, model, inputs = _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress)
+        with claim.atomic() as tmp:
+            result.predictions.to_csv(tmp / "predictions.csv", index=False)
+            write_json(tmp / "metrics.json", result.metrics)
+            write_manifest(tmp, "evaluate", base_model=model.base, data_digest=examples_digest(inputs.examples),
+                           model=describe(model), task=inputs.task.name, data=inputs.source,
+                           batch_size=batch_size, max_length=max_length)
+        result.out = claim.path
+    return result
+
+
+def _evaluate(spec_or_model: Any, task: str, data: str | Path | None, n: int | None, base: Base | str | None,
+              batch_size: int, max_length: int | None, progress: bool) -> tuple[EvalResult, Any, Any]:
+    """(result without out, model, inputs)."""
     inputs = resolve_inputs(task, data, n)
     model = resolve_model(spec_or_model, base)
     preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress)
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
-    if out is None:
-        return EvalResult(preds, metrics)
-    with atomic_run_dir(out, force=force) as tmp:
-        preds.to_csv(tmp / "predictions.csv", index=False)
-        write_json(tmp / "metrics.json", metrics)
-        write_json(tmp / "manifest.json", manifest(
-            job="evaluate", model=describe(model), task=inputs.task.name, data=inputs.source,
-            data_hash=examples_digest(inputs.examples), batch_size=batch_size, max_length=max_length,
-        ))
-    return EvalResult(preds, metrics, Path(out))
+    return EvalResult(preds, metrics), model, inputs

@@ -10,20 +10,20 @@ Layout of ``out``::
 """
 from __future__ import annotations
 
-import shutil
+import json
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from anchorlens.atomic import write_json, write_text
 from anchorlens.errors import UsageError
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.models.base import Base
-from anchorlens.rundir import examples_digest, manifest
-from anchorlens.training import TrainConfig, Trainer, split_train_eval, steps_for_epochs
-from anchorlens.training.checkpointing import CHECKPOINTS, latest_checkpoint, save_guidance_atomic, write_text_atomic
+from anchorlens.rundir import OutClaim, claimed, examples_digest, manifest
+from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
+from anchorlens.training.checkpointing import latest_checkpoint, save_guidance_atomic
 from anchorlens.workflows.evaluate import describe, resolve_model
 from anchorlens.workflows.inputs import resolve_inputs
 
@@ -58,24 +58,6 @@ def with_paper_defaults(spec: str) -> str:
     return "+".join(parts)
 
 
-def prepare_out(out: Path, resume: bool, force: bool) -> None:
-    """Refuse a non-empty ``out`` unless resuming (a training run dir) or ``force`` (moved aside, then removed)."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory; choose another --out")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    if force:
-        old = out.with_name(f".{out.name}.old-{datetime.now().strftime('%H%M%S%f')}")
-        out.rename(old)
-        shutil.rmtree(old, ignore_errors=True)
-        return
-    if resume:
-        if not (out / CHECKPOINTS).is_dir():
-            raise UsageError(f"{out} is not a training run (no {CHECKPOINTS}/); cannot resume from it")
-        return
-    raise UsageError(f"{out} already exists; pass --resume to continue it, --force to replace it, or choose another --out")
-
-
 def train(
     method_spec: str = "capsule",
     task: str = "rte",
@@ -84,12 +66,12 @@ def train(
     base: Base | str = "smollm2-135m",
     steps: int | None = None,
     epochs: float | None = None,
-    lr: float = 1e-2,
+    lr: float = DEFAULT_LR,
     batch_size: int = 8,
     grad_accum: int = 1,
     optimizer: str = "adamw",
     seed: int = 0,
-    out: str | Path | None = None,
+    out: str | Path | OutClaim | None = None,
     resume: bool = False,
     force: bool = False,
     eval_every: int = 50,
@@ -103,8 +85,29 @@ def train(
 ) -> TrainRun:
     """Train ``method_spec``'s guidance (base frozen) on ``task``; eval on ``eval_data`` or a seeded 10% split.
 
-    ``steps`` wins over ``epochs``; neither means 250 steps. ``out`` None trains in memory only.
+    ``steps`` wins over ``epochs``; neither means 250 steps. ``out`` None trains in memory only; a path
+    (or the command's :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed:
+    ``resume`` continues the training run there, ``force`` replaces an anchorlens run there.
     """
+    if out is None:
+        return _train(method_spec, task, data, eval_data, base, steps, epochs, lr, batch_size, grad_accum, optimizer,
+                      seed, None, False, eval_every, patience, save_every, n, max_length, weight_decay, progress)
+    with claimed(out, kind="train", force=force, resume=resume) as claim:
+        try:
+            return _train(method_spec, task, data, eval_data, base, steps, epochs, lr, batch_size, grad_accum,
+                          optimizer, seed, claim, resume, eval_every, patience, save_every, n, max_length,
+                          weight_decay, progress)
+        except BaseException:
+            claim.discard_if_empty()  # stopped before its first checkpoint: no OUT left behind
+            raise
+
+
+def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str | Path | None, base: Base | str,
+           steps: int | None, epochs: float | None, lr: float, batch_size: int, grad_accum: int, optimizer: str,
+           seed: int, claim: OutClaim | None, resume: bool, eval_every: int, patience: int | None,
+           save_every: int | None, n: int | None, max_length: int | None, weight_decay: float,
+           progress: bool) -> TrainRun:
+    """:func:`train` with ``out`` already claimed (or None)."""
     inputs = resolve_inputs(task, data, n)
     if eval_data is not None:
         train_ex, eval_ex = inputs.examples, resolve_inputs(task, eval_data).examples
@@ -123,9 +126,7 @@ def train(
         raise UsageError(str(err)) from None
     spec = with_paper_defaults(method_spec)
     guided = resolve_model(spec, base, seed=seed)
-    out_path = None if out is None else Path(out).expanduser()
-    if out_path is not None:
-        prepare_out(out_path, resume, force)
+    out_path = None if claim is None else claim.start_in_place()
     trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress)
     result = trainer.fit(resume=resume and out_path is not None)
     summary = {**result.summary, "method_spec": spec, "data": inputs.source,
@@ -133,26 +134,27 @@ def train(
     history = pd.DataFrame(result.state.history)
     metrics: dict[str, Any] = {}
     if eval_ex:
-        preds = predict(result.guided, eval_ex, inputs.task, batch_size=config.eval_batch_size, max_length=max_length)
+        preds = result.predictions  # scored once, inside the trainer's final evaluation
+        if preds is None:  # resumed at the last step: nothing was evaluated in this session
+            preds = predict(result.guided, eval_ex, inputs.task, batch_size=config.eval_batch_size,
+                            max_length=max_length, progress=progress)
         metrics = {"task": inputs.task.name, "split": "eval", **task_metrics(preds, inputs.task)}
-    if out_path is not None:
-        _write_outputs(out_path, result.guided, inputs, summary, history, metrics, train_ex, eval_ex)
+    if claim is not None:
+        _write_outputs(claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed)
     return TrainRun(result.guided, summary, history, metrics, out_path)
 
 
-def _write_outputs(out: Path, guided: Any, inputs: Any, summary: dict, history: pd.DataFrame, metrics: dict,
-                   train_ex: list[dict], eval_ex: list[dict]) -> None:
-    """``final/`` (with the summary as ``training``), history.csv, metrics.json, summary.json, manifest.json."""
-    import json
-
+def _write_outputs(claim: OutClaim, guided: Any, inputs: Any, summary: dict, history: pd.DataFrame, metrics: dict,
+                   train_ex: list[dict], eval_ex: list[dict], seed: int) -> None:
+    """``final/`` (with the summary as ``training``), history.csv, metrics.json, summary.json, then manifest.json."""
+    out = claim.path
     save_guidance_atomic(guided, out / "final", task=inputs.task.name, template=inputs.task.template.spec,
-                         training=json.loads(json.dumps(summary, default=str)), overwrite=True)
-    write_text_atomic(out / "history.csv", history.to_csv(index=False))
-    dump = lambda obj: json.dumps(obj, indent=2, default=str) + "\n"  # noqa: E731
-    write_text_atomic(out / "metrics.json", dump(metrics))
-    write_text_atomic(out / "summary.json", dump(summary))
-    write_text_atomic(out / "manifest.json", dump(manifest(
-        job="train", model=describe(guided), task=inputs.task.name, data=inputs.source,
-        train_hash=examples_digest(train_ex), eval_hash=examples_digest(eval_ex),
+                         training=json.loads(json.dumps(summary, default=str)))
+    write_text(out / "history.csv", history.to_csv(index=False))
+    write_json(out / "metrics.json", metrics)
+    write_json(out / "summary.json", summary)
+    claim.finish_in_place(manifest(
+        "train", base_model=guided.base, data_digest=examples_digest(train_ex), seed=seed, model=describe(guided),
+        task=inputs.task.name, data=inputs.source, eval_digest=examples_digest(eval_ex),
         latest_checkpoint=str(latest_checkpoint(out)),
-    )))
+    ))

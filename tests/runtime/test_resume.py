@@ -12,7 +12,7 @@ import pytest
 
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.runtime.shards import DELAY_ENV, Progress
+from anchorlens.runtime.shards import Progress
 from anchorlens.workflows import capture_run
 from anchorlens.workflows.capture_run import run_capture
 from tests.runtime.helpers import read_metrics, spawn
@@ -54,24 +54,24 @@ def count_computed(monkeypatch) -> list[int]:
     return seen
 
 
+def kill_after_chunk(out: Path, chunk: int, sig: int = signal.SIGKILL) -> None:
+    """(Subprocess) capture into ``out`` and send ``sig`` to itself once ``chunk`` is saved."""
+    def die(saved: int) -> None:
+        if saved == chunk:
+            os.kill(os.getpid(), sig)
+            time.sleep(5)  # the signal arrives
+    capture(out, on_chunk_saved=die)
+
+
 def test_kill_and_resume_equals_uninterrupted(tmp_path, uninterrupted, monkeypatch):
     out = tmp_path / "out"
-    code = (f"from tests.runtime.test_resume import capture; from pathlib import Path; capture(Path({str(out)!r}))")
-    proc = spawn(code, **{DELAY_ENV: "0.4"})
-    progress = out / ".progress"
-    deadline = time.monotonic() + 90
-    try:
-        while not list(progress.glob("shard-*.json")):
-            assert proc.poll() is None, proc.communicate()[0]
-            assert time.monotonic() < deadline, "no shard appeared"
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
+    proc = spawn(f"from tests.runtime.test_resume import kill_after_chunk; from pathlib import Path; "
+                 f"kill_after_chunk(Path({str(out)!r}), 1)")
+    proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
+    progress = out / ".progress"
     done = len(list(progress.glob("shard-*.json")))
-    assert 1 <= done < N // CHUNK and not (out / "manifest.json").exists()
+    assert done == 2 and not (out / "manifest.json").exists()
 
     computed = count_computed(monkeypatch)
     capture(out)
@@ -137,8 +137,10 @@ def test_foreign_directory_is_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(UsageError, match="holds no anchorlens capture run"):
+    with pytest.raises(UsageError, match="holds no anchorlens run"):
         capture(out)
+    with pytest.raises(UsageError, match="--force replaces only what anchorlens wrote"):
+        capture(out, force=True)
     (tmp_path / "file").write_text("")
     with pytest.raises(UsageError, match="not a directory"):
         capture(tmp_path / "file")
@@ -148,8 +150,8 @@ def test_foreign_directory_is_refused(tmp_path):
 
 
 def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
-    from anchorlens.runtime.shards import chunk_indices, run_chunks
     from anchorlens.analyses import default_reducers
+    from anchorlens.runtime.shards import chunk_indices, run_chunks
     from tests.runtime.synth import feed, make_items
     from tests.runtime.test_reducer_properties import frames
 

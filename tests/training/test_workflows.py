@@ -42,7 +42,7 @@ def test_train_writes_a_run_dir_and_the_final_checkpoint_evaluates(tiny_base, tm
 def test_train_refuses_an_existing_out_resumes_and_forces(tiny_base, tmp_path):
     base = tiny_base("tiny-llama")
     first = train("prompt:n=2", "rte", base=base, steps=2, out=tmp_path / "run", **FAST)
-    with pytest.raises(UsageError, match="already exists"):
+    with pytest.raises(UsageError, match="holds a finished run"):
         train("prompt:n=2", "rte", base=base, steps=2, out=tmp_path / "run", **FAST)
     more = train("prompt:n=2", "rte", base=base, steps=4, out=tmp_path / "run", resume=True, **FAST)
     straight = train("prompt:n=2", "rte", base=base, steps=4, out=tmp_path / "other", **FAST)
@@ -52,7 +52,7 @@ def test_train_refuses_an_existing_out_resumes_and_forces(tiny_base, tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 1
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "notes.txt").write_text("mine")
-    with pytest.raises(UsageError, match="not a training run"):
+    with pytest.raises(UsageError, match="holds no anchorlens run"):
         train("capsule", "rte", base=base, steps=1, out=tmp_path / "plain", resume=True, **FAST)
 
 
