@@ -7,8 +7,21 @@ from typing import Annotated, Optional
 import typer
 
 from anchorlens.cli.app import app
-from anchorlens.cli.options import (Base_, Batch_, Ckpts_, Data_, Device_, Dtype_, Force_, Heads_, Layers_, N_, Task_,
-                                    selection_of, usage_errors)
+from anchorlens.cli.options import (
+    N_,
+    Base_,
+    Batch_,
+    Ckpts_,
+    Data_,
+    Device_,
+    Dtype_,
+    Force_,
+    Heads_,
+    Layers_,
+    Task_,
+    selection_of,
+    usage_errors,
+)
 
 
 @app.command()
@@ -47,12 +60,11 @@ def compare(
     force: Force_ = False,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
-    from anchorlens.reports.comparison import write_comparison
-    from anchorlens.rundir import check_writable
-    from anchorlens.reports.tables import headline_grid, to_text
-    from anchorlens.workflows.compare import compare as run_compare
-
     from anchorlens import runtime as rt
+    from anchorlens.reports.comparison import write_comparison
+    from anchorlens.reports.tables import headline_grid, to_text
+    from anchorlens.rundir import check_writable
+    from anchorlens.workflows.compare import compare as run_compare
 
     check_writable(out, force)  # fail before minutes of capture, not after
     started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
@@ -154,14 +166,14 @@ def params(
     base: Base_ = "smollm2-135m",
 ) -> None:
     """Trainable parameters of each checkpoint spec and their share of the base."""
+    from anchorlens.methods.spec import load_guided
     from anchorlens.models.loading import load_base
-    from anchorlens.workflows.models import load_model
 
     shared = load_base(base)
     total = shared.num_parameters()
     typer.echo(f"{base}: {total:,} parameters")
     for spec in ckpt:
-        model = load_model(spec, shared)
+        model = load_guided(spec, shared)
         rows = getattr(model, "parameter_report", lambda: [])()
         trainable = sum(r["trainable"] for r in rows)
         detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"

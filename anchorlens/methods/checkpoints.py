@@ -9,13 +9,14 @@ one-line ``CheckpointError`` naming the file and the field.
 from __future__ import annotations
 
 import json
-import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
 from safetensors.torch import save_file
 
+from anchorlens.atomic import atomic_dir
+from anchorlens.models.base import fingerprint_hash
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.config import MethodConfig
 from anchorlens.tensorfile import check_float_tensors, load_tensors
@@ -37,9 +38,10 @@ META_SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
     "template": ((str, type(None)), False),
     "training": ((dict,), False),
 }
-BASE_SCHEMA: dict[str, tuple[type, ...]] = {"spec": (str, type(None)), "fingerprint": (dict,)}
+BASE_SCHEMA: dict[str, tuple[type, ...]] = {"spec": (str, type(None)), "fingerprint": (dict,), "provenance": (dict,)}
 FINGERPRINT_TYPES: dict[str, tuple[type, ...]] = {
     "model_type": (str,), "num_layers": (int,), "hidden_size": (int,), "num_heads": (int,), "vocab_size": (int,), "hash": (str,),
+    "weights": (str,),
 }
 
 
@@ -124,14 +126,16 @@ def save_checkpoint(
     training: dict[str, Any] | None = None,
     overwrite: bool = False,
 ) -> Path:
-    """Write ``guided``'s methods, base facts and tensors to directory ``path``; returns the path."""
+    """Write ``guided``'s methods, base facts and tensors to directory ``path`` atomically; returns the path.
+
+    ``overwrite`` replaces an existing anchorlens checkpoint, never a directory anchorlens did not write.
+    """
     out = Path(path).expanduser()
     if out.exists():
         if not overwrite:
             raise UsageError(f"{out} already exists; choose a new directory or pass overwrite=True")
-        if out.is_dir() and not is_checkpoint(out) and any(out.iterdir()):
+        if not out.is_dir() or (not is_checkpoint(out) and any(out.iterdir())):
             raise UsageError(f"{out} exists and is not an anchorlens checkpoint; refusing to overwrite it")
-        shutil.rmtree(out) if out.is_dir() else out.unlink()
     config = guided.config()
     meta = {
         "format_version": FORMAT_VERSION,
@@ -144,11 +148,11 @@ def save_checkpoint(
         "template": template,
         "training": training or {},
     }
-    json.dumps(meta)  # fail before writing anything if a value is not JSON-able
-    out.mkdir(parents=True)
+    text = json.dumps(meta, indent=2, sort_keys=False) + "\n"  # fails before writing if a value is not JSON-able
     tensors = guided.guidance_state_dict()
-    save_file(tensors, str(out / TENSOR_FILE), metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)})
-    (out / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=False) + "\n")
+    with atomic_dir(out, replace=overwrite) as tmp:
+        save_file(tensors, str(tmp / TENSOR_FILE), metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)})
+        (tmp / META_FILE).write_text(text)
     return out
 
 
@@ -162,6 +166,8 @@ def check_base(meta: dict[str, Any], base, path: str | Path, allow_other_base: b
     saved = meta.get("base", {})
     want = saved.get("fingerprint", {})
     have = base.fingerprint()
+    if "hash" in want and "weights" not in want:  # an older checkpoint: its hash covers the shape facts only
+        have = {**have, "hash": fingerprint_hash({k: have[k] for k in want if k != "hash" and k in have})}
     for key in ("num_layers", "hidden_size"):
         if key in want and want[key] != have[key]:
             raise CheckpointError(

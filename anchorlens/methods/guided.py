@@ -208,9 +208,10 @@ class GuidedModel:
         self.guidances.load_state_dict({k: v.to(own[k].device) for k, v in state.items()})
 
     def config(self) -> dict[str, Any]:
-        """JSON-able description: base spec and fingerprint, methods with options, parameter counts."""
+        """JSON-able description: base (pinned spec, fingerprint, provenance), methods with options, parameter counts."""
         return {
-            "base": {"spec": self.base.spec, "fingerprint": self.base.fingerprint()},
+            "base": {"spec": self.base.pinned_spec(), "fingerprint": self.base.fingerprint(),
+                     "provenance": self.base.provenance()},
             "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidance_list()],
             "seed": self.seed,
             "num_trainable": self.num_trainable(),

@@ -63,7 +63,8 @@ class LayerSplicer:
             vectors = [g.layer_vectors(stack, layer, hidden, valid, tokens).to(hidden.dtype) for g, _, _ in spliced.owners]
             new_hidden = spliced.splice.apply(hidden, torch.cat(vectors, dim=1))
             return adapter.splice_block_inputs(
-                model, stack, args, kwargs, new_hidden, spliced.splice, spliced.roles.valid.to(hidden.device), self.memo
+                model, stack, args, kwargs, new_hidden, spliced.splice, spliced.roles.valid.to(hidden.device), self.memo,
+                layer=layer,
             )
 
         return hook

@@ -74,23 +74,23 @@ class Spec:
 
 # ---------------------------------------------------------------------- directories
 def _resolve_dir(text: str) -> Path | None:
-    """The directory ``text`` names: an existing path, or a hub id resolved to a local directory, else None.
+    """The directory ``text`` names: an existing path, or a hub id (ORG/NAME[@REV]) resolved to its snapshot.
 
-    HUB HOOK: a non-existing path that looks like ORG/NAME is resolved through
-    ``anchorlens.models.hub.resolve_hub_dir`` (provided by the hub branch); without it (or when it
-    finds nothing) the caller reports "no such directory".
+    None when ``text`` is neither; a hub id the cache and the Hub cannot provide is a UsageError
+    that names both readings.
     """
+    from anchorlens.models.hub import resolve_hub_dir
+
     path = Path(text).expanduser()
     if path.is_dir():
         return path
     if path.exists() or not _HUB_ID.fullmatch(text):
         return None
     try:
-        from anchorlens.models import hub  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    resolved = hub.resolve_hub_dir(text)
-    return Path(resolved) if resolved is not None and Path(resolved).is_dir() else None
+        folder, _ = resolve_hub_dir(text, kind="adapter")
+    except UsageError as err:
+        raise UsageError(f"no such directory {text!r}, and as a hub adapter: {err}") from None
+    return folder
 
 
 def _directory_part(path: Path, text: str) -> Directory:

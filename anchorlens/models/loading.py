@@ -32,8 +32,8 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype:
     return _DTYPES[name]
 
 
-def supported_adapter(model_type: str, label: str = "the base") -> ArchAdapter:
-    """The architecture adapter for ``model_type``; UnknownNameError (one line) when anchorlens has none."""
+def supported_adapter(model_type: Any, label: str = "the base") -> ArchAdapter:
+    """The architecture adapter for a model_type, config or config dict (refusals included); UnknownNameError (one line) when anchorlens has none."""
     try:
         return adapter_for(model_type)
     except AnchorlensError:
@@ -93,7 +93,7 @@ def preflight(
         raise UsageError(f"{label} is not a HuggingFace model directory (no config.json)")
     refuse_remote_code(_read_config(path, label), label)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
-    supported_adapter(config.model_type, label)  # fail early on unsupported architectures
+    supported_adapter(config, label)  # fail early on unsupported architectures (and refused variants)
     if available is not None:
         check_fits(label, config, dtype, device, auto_class(config), available)
     return config
@@ -114,7 +114,7 @@ def _load_hf_dir(
         raise UsageError(f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first")
     config = preflight(path, label, dtype, "auto" if device_map == "auto" else device, available)
     auto = auto_class(config)
-    kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=attn, dtype=dtype)
+    kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=None, dtype=dtype)
     if device_map is not None:
         kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
     try:
@@ -190,5 +190,5 @@ def load_base(
         p.requires_grad_(False)
     if device and device_map is None:
         model.to(device)
-    adapter = supported_adapter(model.config.model_type, spec)
+    adapter = supported_adapter(model.config, spec)
     return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter, origin={"spec": spec, **origin})

@@ -21,12 +21,11 @@ from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
 from anchorlens.methods.guided import GuidedModel
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.adapters import adapter_for
 from anchorlens.models.base import Base
 from anchorlens.roles.templates import RAW_TEMPLATE, Template
 from anchorlens.tasks import TASKS, get_task
-from anchorlens.workflows.models import load_model
-from anchorlens.workflows.statistics import anchors_of
 
 STATIC_DPI = 90  # the PNG fallback of a saved notebook: readable, a few hundred KB at most
 TOP_ANCHORS = 3
@@ -70,20 +69,18 @@ def _peft_model(peft: Any, tokenizer: Any) -> GuidedModel:
         return load_peft(tmp, base)
 
 
-def as_model(model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "smollm2-135m") -> tuple[Any, str]:
-    """(model ready for capture, checkpoint name) from a spec, Base, GuidedModel, HF model or PEFT model."""
+def as_model(model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "smollm2-135m") -> tuple[GuidedModel, str]:
+    """(guided model, checkpoint name) from a spec, Base, GuidedModel, HF model (+ tokenizer) or PEFT model."""
     if isinstance(model_or_spec, str):
-        return load_model(model_or_spec, base), model_or_spec
-    if isinstance(model_or_spec, Base):
-        return model_or_spec, model_or_spec.spec
-    if isinstance(model_or_spec, GuidedModel):
-        kinds = "+".join(dict.fromkeys(type(g).__name__ for g in model_or_spec.guidances)) or "no guidance"
-        return model_or_spec, f"{model_or_spec.base.spec} + {kinds}"
+        return load_guided(model_or_spec, base), model_or_spec
+    if isinstance(model_or_spec, (Base, GuidedModel)):
+        model = load_guided(model_or_spec)
+        return model, model.name
     if _is_peft(model_or_spec):
         model = _peft_model(model_or_spec, tokenizer)
         return model, f"{model.base.spec} + PEFT"
     hf = _hf_base(model_or_spec, tokenizer)
-    return hf, hf.spec
+    return load_guided(hf), hf.spec
 
 
 @dataclass
@@ -107,10 +104,10 @@ class Inspection:
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
-        reducers = default_reducers()
+        reducers = default_reducers(self.model.entropy_anchor() or "capsule")
         batches = encode_batches(self.model, [self.example], self.template, batch_size=1)
         stream_statistics(self.model, batches, reducers, self.selection)
-        df = metrics_frame(reducers, anchors=anchors_of(self.model))
+        df = metrics_frame(reducers, anchors=self.model.anchors())
         return df if per_head else average_heads(df)
 
     def top_anchors(self, k: int = TOP_ANCHORS, stack: str | None = None) -> list[tuple[int, str, float]]:

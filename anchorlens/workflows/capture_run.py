@@ -23,12 +23,11 @@ from anchorlens.atomic import atomic_write
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
+from anchorlens.methods.spec import load_guided
 from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.models import load_model
-from anchorlens.workflows.statistics import anchors_of
 
 METRICS_FILE = "metrics.parquet"
 MANIFEST_FILE = MANIFEST
@@ -156,10 +155,10 @@ def run_capture(
         from anchorlens.models.loading import load_base
 
         torch.manual_seed(seed)
-        model = load_model(ckpt, load_base(base, dtype=dtype, device=device))
-        base_obj = getattr(model, "base", model)
-        anchors = anchors_of(model)
-        entropy_anchor = next((a for a in anchors if a != "first_token"), "capsule")
+        model = load_guided(ckpt, load_base(base, dtype=dtype, device=device))
+        base_obj = model.base
+        anchors = model.anchors()
+        entropy_anchor = model.entropy_anchor() or "capsule"
 
         def make_reducers() -> list:
             return default_reducers(entropy_anchor)

@@ -13,10 +13,10 @@ from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.roles.kinds import INPUT_ROLES
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.models import load_model
 from anchorlens.workflows.statistics import capture_statistics
 
 # Which (query_role, key_role) rows give each headline number: input queries, position-0 anchor.
@@ -91,7 +91,7 @@ def compare(
     if not 0 <= map_example < len(inputs.examples):
         raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
     shared = load_base(base, dtype=dtype, device=device)
-    models = {name: load_model(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
+    models = {name: load_guided(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
     for model in models.values():
         validate_positions(model, inputs, batch_size)
     frames, maps, params = {}, {}, {}

@@ -8,7 +8,9 @@ from typing import Any
 import pandas as pd
 
 from anchorlens.atomic import write_json
-from anchorlens.evaluation import DEFAULT_MAX_LENGTH, as_model, predict, task_metrics
+from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.methods.guided import GuidedModel
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.inputs import resolve_inputs
@@ -21,31 +23,6 @@ class EvalResult:
     predictions: pd.DataFrame
     metrics: dict[str, Any]
     out: Path | None = None
-
-
-def resolve_model(spec_or_model: Any, base: Base | str | None = None, seed: int = 0) -> Any:
-    """A spec string (``capsule``, ``runs/x/final+instance``, ``base``) on ``base`` -> GuidedModel; models pass.
-
-    ``base`` None means the checkpoint's own base or the default (smollm2-135m).
-    """
-    if not isinstance(spec_or_model, str):
-        return as_model(spec_or_model)
-    from anchorlens.methods.spec import load_guided
-
-    if isinstance(base, Base):
-        return load_guided(spec_or_model, base=base, seed=seed)
-    return load_guided(spec_or_model, base_spec=base, seed=seed)
-
-
-def describe(model: Any) -> dict[str, Any]:
-    """The model's config for manifests (methods, base, parameter counts)."""
-    config = getattr(model, "config", None)
-    if callable(config):
-        try:
-            return config()
-        except (AttributeError, TypeError):
-            pass
-    return {"base": {"spec": model.base.spec, "fingerprint": model.base.fingerprint()}, "methods": []}
 
 
 def evaluate(
@@ -73,7 +50,7 @@ def evaluate(
             result.predictions.to_csv(tmp / "predictions.csv", index=False)
             write_json(tmp / "metrics.json", result.metrics)
             write_manifest(tmp, "evaluate", base_model=model.base, data_digest=examples_digest(inputs.examples),
-                           model=describe(model), task=inputs.task.name, data=inputs.source,
+                           model=model.config(), task=inputs.task.name, data=inputs.source,
                            batch_size=batch_size, max_length=max_length)
         result.out = claim.path
     return result
@@ -83,7 +60,7 @@ def _evaluate(spec_or_model: Any, task: str, data: str | Path | None, n: int | N
               batch_size: int, max_length: int | None, progress: bool) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
     inputs = resolve_inputs(task, data, n)
-    model = resolve_model(spec_or_model, base)
+    model = load_guided(spec_or_model, base)
     preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress)
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
     return EvalResult(preds, metrics), model, inputs

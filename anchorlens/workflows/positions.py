@@ -11,11 +11,11 @@ from anchorlens.analyses import anchor_mass, anchor_structural
 from anchorlens.analyses.frames import INPUT, concat_frames
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.roles.kinds import Role
 from anchorlens.workflows.compare import validate_positions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.models import load_model
 from anchorlens.workflows.statistics import capture_statistics
 
 MOVABLE = (Role.CAPSULE, Role.INSTANCE)
@@ -50,7 +50,7 @@ def _move(model, position: str) -> str:
     """Set the position of the model's capsule/instance guidances; returns the anchor role label."""
     from anchorlens.methods.positions import Position
 
-    moved = [g for g in getattr(model, "guidances", ()) if Role(g.role) in MOVABLE]
+    moved = [g for g in model.guidance_list() if Role(g.role) in MOVABLE]
     if not moved:
         raise UsageError("this checkpoint has no capsule or instance token to move; try --ckpt instance or --ckpt capsule")
     for g in moved:
@@ -73,7 +73,7 @@ def sweep_positions(
     """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n)
-    model = load_model(spec, load_base(base, dtype=dtype))
+    model = load_guided(spec, load_base(base, dtype=dtype))
     anchor = ""
     for position in positions:
         anchor = _move(model, position)

@@ -5,17 +5,11 @@ from typing import Sequence
 
 import pandas as pd
 
-from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens import runtime as rt
+from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
-from anchorlens.roles.kinds import Role
 from anchorlens.workflows.inputs import Inputs
-
-def anchors_of(model) -> tuple[str, ...]:
-    """Anchors worth reporting for a model: the first token, plus each guidance role it inserts."""
-    roles = dict.fromkeys(Role(g.role).label for g in getattr(model, "guidances", ()))
-    return ("first_token", *roles)
 
 
 def capture_statistics(
@@ -29,8 +23,11 @@ def capture_statistics(
     progress=None,
 ) -> pd.DataFrame:
     """Per-example metric rows (reducers + derived metrics) of ``model`` on ``inputs``."""
-    anchors = tuple(anchors or anchors_of(model))
-    entropy_anchor = next((a for a in anchors if a != "first_token"), "capsule")
+    from anchorlens.methods import load_guided
+
+    model = load_guided(model)  # a Base becomes GuidedModel(base); a GuidedModel passes
+    anchors = tuple(anchors or model.anchors())
+    entropy_anchor = model.entropy_anchor() or "capsule"
     reducers = default_reducers(entropy_anchor)
     info = rt.dist_info()
     ids = list(range(len(inputs.examples)))

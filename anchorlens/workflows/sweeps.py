@@ -10,7 +10,7 @@ import pandas as pd
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
-from anchorlens.workflows.evaluate import resolve_model
+from anchorlens.methods.spec import load_guided
 from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.train import train
 
@@ -30,7 +30,7 @@ def _shared_base(base: Base | str | None, spec: str) -> Base | str | None:
     if isinstance(base, str):
         return load_base(base)
     if base is None:
-        return resolve_model(spec, None).base
+        return load_guided(spec, None).base
     return base
 
 
@@ -62,7 +62,7 @@ def sweep_instance(
         for pos in positions:
             full = compose(spec, int(count), pos)
             if full not in cache:
-                model = resolve_model(full, shared)
+                model = load_guided(full, shared)
                 preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length)
                 cache[full] = task_metrics(preds, inputs.task)
                 if anchors:

@@ -24,12 +24,10 @@ from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, manifest
 from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
 from anchorlens.training.checkpointing import latest_checkpoint, save_guidance_atomic
-from anchorlens.workflows.evaluate import describe, resolve_model
+from anchorlens.methods.spec import load_guided
 from anchorlens.workflows.inputs import resolve_inputs
 
 DEFAULT_STEPS = 250
-PROMPT_NAMES = ("prompt", "soft-prompt", "soft_prompt")
-PAPER_PROMPT_LENGTH = 100
 
 
 @dataclass
@@ -41,21 +39,6 @@ class TrainRun:
     history: pd.DataFrame
     metrics: dict[str, Any]
     out: Path | None
-
-
-def with_paper_defaults(spec: str) -> str:
-    """Give a bare ``prompt`` part the paper's length (``prompt`` -> ``prompt:n=100``); other parts pass."""
-    if Path(spec.strip()).expanduser().is_dir():
-        return spec
-    parts = []
-    for part in spec.split("+"):
-        name, colon, opts = part.strip().partition(":")
-        names = {o.strip().split("=")[0].strip().lower() for o in opts.split(",") if o.strip()}
-        if name.strip().lower() in PROMPT_NAMES and "n" not in names:
-            opts = ",".join(filter(None, [f"n={PAPER_PROMPT_LENGTH}", opts.strip()]))
-            part = f"{name}:{opts}"
-        parts.append(part.strip())
-    return "+".join(parts)
 
 
 def train(
@@ -124,8 +107,8 @@ def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str 
                              save_every=eval_every if save_every is None else save_every, max_length=max_length)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    spec = with_paper_defaults(method_spec)
-    guided = resolve_model(spec, base, seed=seed)
+    spec = method_spec
+    guided = load_guided(spec, base, seed=seed)
     out_path = None if claim is None else claim.start_in_place()
     trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress)
     result = trainer.fit(resume=resume and out_path is not None)
@@ -154,7 +137,7 @@ def _write_outputs(claim: OutClaim, guided: Any, inputs: Any, summary: dict, his
     write_json(out / "metrics.json", metrics)
     write_json(out / "summary.json", summary)
     claim.finish_in_place(manifest(
-        "train", base_model=guided.base, data_digest=examples_digest(train_ex), seed=seed, model=describe(guided),
+        "train", base_model=guided.base, data_digest=examples_digest(train_ex), seed=seed, model=guided.config(),
         task=inputs.task.name, data=inputs.source, eval_digest=examples_digest(eval_ex),
         latest_checkpoint=str(latest_checkpoint(out)),
     ))

@@ -7,9 +7,9 @@ import torch
 from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.capture.maps_io import load_maps, save_maps
 from anchorlens.capture.selection import Selection, Site, parse_layers
+from anchorlens.methods.spec import load_guided
 from anchorlens.roles.kinds import Role
 from anchorlens.tasks import bundled_examples, get_task
-from anchorlens.workflows.models import load_model
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_selection_accepts_negative_layers_and_globs():
 
 
 def test_maps_drop_padding_label_guidance_and_round_trip(tmp_path, tiny_base):
-    model = load_model("instance", tiny_base("tiny-llama"))
+    model = load_guided("instance", tiny_base("tiny-llama"))
     examples = bundled_examples("rte")[:3]
     batches = encode_batches(model, examples, get_task("rte").template, batch_size=3)
     maps = collect_maps(model, batches, Selection(layers=(0, 2), heads=(1,)), max_examples=2)

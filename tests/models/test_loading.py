@@ -21,7 +21,7 @@ def hf_dir(tmp_path_factory, tiny_base):
 def test_local_directory_loads_the_same_weights(hf_dir, device):
     path, ref = hf_dir
     loaded = load_base(str(path), device=device)
-    assert loaded.adapter.family == "llama" and loaded.fingerprint() == ref.fingerprint()
+    assert loaded.adapter.family == "qwen2" and loaded.fingerprint() == ref.fingerprint()
     assert loaded.model.config._attn_implementation == "sdpa"  # capture installs its function lazily
     ids = torch.tensor([[5, 6, 7, 8]])
     with torch.no_grad():

@@ -36,7 +36,7 @@ def test_held_out_set_is_scored_once_at_the_end_with_a_bar(tiny_base, tmp_path, 
     evals = 4 // eval_every if eval_every else 1
     assert len(calls) == evals  # was evals + 1: the workflow scored the held-out set again
     assert calls[-1] is True and not any(calls[:-1])  # the final scoring shows a bar
-    final = train_module.resolve_model(str(tmp_path / "run" / "final"), base)
+    final = train_module.load_guided(str(tmp_path / "run" / "final"), base)
     inputs = train_module.resolve_inputs("rte", None, None)
     examples = train_module.split_train_eval(inputs.examples, inputs.task, 0.1, 0)[1]
     again = task_metrics(predict(final, examples, "rte", max_length=96, batch_size=16), "rte")

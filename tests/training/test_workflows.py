@@ -9,18 +9,14 @@ import pytest
 from anchorlens.errors import UsageError
 from anchorlens.workflows.evaluate import evaluate
 from anchorlens.workflows.sweeps import compose, sweep_instance, sweep_length
-from anchorlens.workflows.train import train, with_paper_defaults
+from anchorlens.workflows.train import train
 
 from .helpers import same_state
 
 FAST = dict(batch_size=4, eval_every=2, progress=False, max_length=96)
 
 
-def test_paper_defaults_give_bare_prompts_100_tokens():
-    assert with_paper_defaults("prompt") == "prompt:n=100"
-    assert with_paper_defaults("prompt:pos=last+instance") == "prompt:n=100,pos=last+instance"
-    assert with_paper_defaults("prompt:n=20") == "prompt:n=20"
-    assert with_paper_defaults("capsule:fusion=prepend") == "capsule:fusion=prepend"
+def test_sweep_compose_adds_instance_tokens():
     assert compose("base", 2, "last") == "instance:k=2,pos=last" and compose("capsule", 0, "first") == "capsule"
 
 

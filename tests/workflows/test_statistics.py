@@ -7,15 +7,15 @@ import pytest
 import torch
 
 from anchorlens.capture.collect import collect_maps, encode_batches
+from anchorlens.methods.spec import load_guided
 from anchorlens.roles.kinds import Role
 from anchorlens.workflows.inputs import resolve_inputs
-from anchorlens.workflows.models import load_model
 from anchorlens.workflows.statistics import capture_statistics
 
 
 @pytest.fixture(scope="module")
 def measured(tiny_base):
-    model = load_model("instance", tiny_base("tiny-llama"))
+    model = load_guided("instance", tiny_base("tiny-llama"))
     inputs = resolve_inputs("rte", None, 3)
     metrics = capture_statistics(model, inputs, batch_size=2)
     batches = encode_batches(model, inputs.examples, inputs.task.template, batch_size=3)
@@ -69,3 +69,12 @@ def test_checkpoint_names_are_short_and_unique(tmp_path):
         (tmp_path / d).mkdir(parents=True)
     specs = ["base", str(tmp_path / "prompt100/final"), str(tmp_path / "capsule/final"), str(tmp_path / "solo"), "base"]
     assert checkpoint_names(specs) == ["base", "prompt100/final", "capsule/final", "solo", "base#2"]
+
+
+def test_inspect_and_capture_use_the_same_anchor_rule(tiny_base):
+    from anchorlens.notebook.inspect import inspect
+
+    model = load_guided("instance:pos=last", tiny_base("tiny-llama"))
+    df = inspect(model, "The cat sat on the mat.").metrics()
+    # inspect used to take the capsule as entropy anchor, so the instance's rows that capture gives were missing
+    assert ((df.metric == "anchor_content_entropy") & (df.query_role == "instance")).any()
