@@ -152,7 +152,7 @@ class Template:
         return "".join(parts)
 
     def render(self, example: Mapping[str, Any]) -> Rendered:
-        """Fill the fields from ``example`` (non-strings are ``str()``'d); TemplateError names a missing field."""
+        """Fill the fields from ``example`` (numbers are ``str()``'d); TemplateError names a missing or list/object field."""
         pieces: list[str] = []
         spans: list[Span] = []
         pos = 0
@@ -165,6 +165,11 @@ class Template:
                     raise TemplateError(
                         f"template {self.name!r} needs field {seg.name!r}; the example has: {have}"
                     ) from None
+                if isinstance(value, (Mapping, list, tuple, set)):
+                    kind = "an object" if isinstance(value, Mapping) else "a list"
+                    raise TemplateError(
+                        f"template {self.name!r}: field {seg.name!r} must be a string or number, got {kind}"
+                    )
                 text = value if isinstance(value, str) else str(value)
                 role, label = Role.CONTENT, seg.name
             else:
