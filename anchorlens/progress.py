@@ -1,18 +1,24 @@
 """Feedback on long work: one stage reporter for every step that takes more than a second.
 
 ``with stage("capturing base", total=24) as s: ... s.update(8)`` shows a tqdm bar when stderr is a
-terminal and the total is known; otherwise it writes plain lines, rate-limited (a start line, at most one progress line
-every ``every_s`` seconds, and a ``done`` line with the elapsed seconds), so logs of batch jobs and
-CI show where the time goes without one line per batch. Layer 0: no anchorlens imports.
+terminal and the total is known; otherwise it writes plain lines, rate-limited (a start line, at
+most one progress line every ``every_s`` seconds, and a ``done`` line with the elapsed seconds), so
+logs of batch jobs and CI show where the time goes without one line per batch. A stage that ends
+within ``delay_s`` (1 s) prints nothing, and one stopped by a usage error prints no ``stopped`` line
+(the error line says why), so quick work and refusals stay one line. Layer 0: imports only errors.
 """
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import IO, Any
 
+from anchorlens.errors import AnchorlensError
+
 DEFAULT_EVERY_S = 10.0
+DEFAULT_DELAY_S = 1.0
 
 
 def _is_terminal(stream: IO[str]) -> bool:
@@ -38,8 +44,9 @@ class Stage:
     """One named stage of work with an optional item count; see :func:`stage`."""
 
     def __init__(self, name: str, total: int | None = None, *, unit: str = "ex", stream: IO[str] | None = None,
-                 enabled: bool = True, every_s: float = DEFAULT_EVERY_S, bar: bool | None = None) -> None:
-        """Start the stage now (prints the start line or opens the bar)."""
+                 enabled: bool = True, every_s: float = DEFAULT_EVERY_S, delay_s: float = DEFAULT_DELAY_S,
+                 bar: bool | None = None) -> None:
+        """Start the stage now: the bar or the start line appears after ``delay_s`` if still running."""
         self.name, self.total, self.unit = name, total, unit
         self.stream = sys.stderr if stream is None else stream
         self.enabled, self.every_s = enabled, every_s
@@ -47,15 +54,31 @@ class Stage:
         self.started = self._last = time.monotonic()
         self._bar: Any = None
         self._closed = False
+        self._shown = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
         if not enabled:
             return
         if (total is not None and _is_terminal(self.stream)) if bar is None else bar:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=name, unit=unit, file=self.stream, leave=False, dynamic_ncols=True)
+            self._bar = tqdm(total=total, desc=name, unit=unit, file=self.stream, leave=False, dynamic_ncols=True,
+                             delay=delay_s)
+        elif delay_s <= 0:
+            self._announce()
         else:
-            size = f" ({total} {unit})" if total is not None else ""
-            self._write(f"{name}{size} ...")
+            self._timer = threading.Timer(delay_s, self._announce)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _announce(self) -> None:
+        """The start line (once, unless the stage already ended)."""
+        with self._lock:
+            if self._shown or self._closed:
+                return
+            self._shown = True
+        size = f" ({self.total} {self.unit})" if self.total is not None else ""
+        self._write(f"{self.name}{size} ...")
 
     def _write(self, line: str) -> None:
         """One line on the stream, flushed (a closed or broken stream is ignored)."""
@@ -78,7 +101,7 @@ class Stage:
             self._bar.update(n)
             return
         now = time.monotonic()
-        if now - self._last < self.every_s:
+        if not self._shown or now - self._last < self.every_s:
             return
         self._last = now
         rate = self.count / max(now - self.started, 1e-9)
@@ -88,15 +111,22 @@ class Stage:
             left = f", ~{_format_seconds((self.total - self.count) / rate)} left"
         self._write(f"{self.name}: {self.count}{of} {self.unit} ({rate:.2f} {self.unit}/s{left})")
 
-    def close(self, failed: bool = False) -> float:
-        """End the stage: close the bar and write ``done`` (or ``stopped``) with the elapsed seconds."""
-        if self._closed:
-            return self.elapsed
-        self._closed = True
+    def close(self, failed: bool = False, quiet: bool = False) -> float:
+        """End the stage: close the bar; if the start was shown, write ``done`` (or ``stopped``) with the seconds.
+
+        ``quiet``: no end line (a usage error ended the stage; its own line says why).
+        """
+        with self._lock:
+            if self._closed:
+                return self.elapsed
+            self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
         elapsed = self.elapsed
         if self._bar is not None:
             self._bar.close()
-        if self.enabled:
+            self._shown = self.enabled and elapsed >= self._bar.delay
+        if self.enabled and self._shown and not quiet:
             self._write(f"{self.name}: {'stopped after' if failed else 'done in'} {_format_seconds(elapsed)}")
         return elapsed
 
@@ -105,14 +135,15 @@ class Stage:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
-        """Close; an exception marks the stage as stopped."""
-        self.close(failed=kind is not None)
+        """Close; an exception marks the stage as stopped (silently for a usage error)."""
+        self.close(failed=kind is not None, quiet=isinstance(err, AnchorlensError))
 
 
 def stage(name: str, total: int | None = None, **options: Any) -> Stage:
     """Report a stage of work on stderr: a bar on a terminal, rate-limited lines otherwise, then ``done in Xs``.
 
     Options: ``unit`` (``"ex"``), ``stream`` (stderr), ``enabled`` (False: silent, counts only),
-    ``every_s`` (seconds between plain progress lines), ``bar`` (force a bar on or off).
+    ``every_s`` (seconds between plain progress lines), ``delay_s`` (quiet for stages shorter than
+    this), ``bar`` (force a bar on or off).
     """
     return Stage(name, total, **options)

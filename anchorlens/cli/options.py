@@ -145,8 +145,14 @@ class OutputOptions:
         """Refuse an existing non-empty --out (unless --force) or a file there, before any work."""
         from anchorlens.rundir import check_writable
 
-        with os_errors(self.out, "cannot use --out"):
-            check_writable(Path(self.out).expanduser(), self.force)
+        out = Path(self.out).expanduser()
+        with os_errors(out, "cannot use --out"):
+            for parent in out.parents:  # the nearest existing ancestor must be a directory
+                if parent.exists():
+                    if not parent.is_dir():
+                        raise NotADirectoryError(20, "Not a directory", str(out))
+                    break
+            check_writable(out, self.force)
 
 
 @dataclass(frozen=True)
