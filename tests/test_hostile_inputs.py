@@ -141,12 +141,12 @@ def remote_code_base(d: Path, _tiny: Any) -> None:
     save_file({"w": torch.zeros(2)}, str(path / "model.safetensors"))
 
 
-CAPTURE = ("capture", "--ckpt", "base", *TINY)
+CAPTURE = ("capture", "--ckpt", "base", *TINY, "--n", "2")
 COMPARE = ("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2")
 EVALUATE = ("evaluate", "--ckpt", "base", *TINY)
 TRAIN = ("train", "--method", "prompt:n=2", *TINY, "--steps", "1")
-CKPT = ("capture", "--ckpt", "{d}/ckpt", *TINY)
-PEFT = ("capture", "--ckpt", "{d}/peft", *TINY)
+CKPT = ("capture", "--ckpt", "{d}/ckpt", *TINY, "--n", "2")
+PEFT = ("capture", "--ckpt", "{d}/peft", *TINY, "--n", "2")
 LATIN1 = '{"premise": "caf\u00e9", "hypothesis": "H.", "label": "entailment"}'.encode("latin-1")
 
 CASES = [
@@ -187,6 +187,10 @@ CASES = [
     # arguments
     Case("unknown-task", (*CAPTURE, "--task", "glue"), r"unknown task 'glue'; known tasks: rte"),
     Case("unknown-base", ("capture", "--ckpt", "base", "--base", "no-such-model"), r"unknown base 'no-such-model'"),
+    Case("unknown-method", ("compare", "--ckpt", "base", "--ckpt", "nonsense", *TINY), r"unknown method 'nonsense'"),
+    Case("missing-checkpoint-dir", ("compare", "--ckpt", "base", "--ckpt", "{d}/missing/ckpt", *TINY),
+         r"no such directory"),
+    Case("one-checkpoint", ("compare", "--ckpt", "base", *TINY), r"at least two --ckpt"),
     Case("unknown-method-option", ("capture", "--ckpt", "instance:z=3", *TINY), r"unknown option 'z=3'.*valid options"),
     Case("position-beyond", ("compare", "--ckpt", "base", "--ckpt", "capsule:pos=5000", *TINY, "--n", "2"), r"beyond"),
     Case("layers-syntax", (*COMPARE, "--layers", "x-y"), r"cannot parse --layers 'x-y'"),
