@@ -73,7 +73,7 @@ def test_figures_command_redraws_from_saved_run(compare_dir, tmp_path):
 def test_demo_on_tiny_base_prints_per_layer_table():
     result = run("demo", *TINY, "--n", "4")
     assert result.exit_code == 0, result.output
-    lines = [l for l in result.output.splitlines() if l.strip()[:1].isdigit()]
+    lines = [line for line in result.output.splitlines() if line.strip()[:1].isdigit()]
     assert len(lines) == 4  # one row per layer of tiny-llama
 
 

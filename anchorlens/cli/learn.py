@@ -2,18 +2,28 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from anchorlens.cli.app import app, sweep_app
-from anchorlens.cli.options import (BatchOptions, FigureOptions, ModelOptions, OutputOptions, OwnBaseModelOptions,
-                                    TrainingOptions, TruncatedDataOptions, cli_command, input_file, parse_ints)
+from anchorlens.cli.options import (
+    BatchOptions,
+    FigureOptions,
+    ModelOptions,
+    OutputOptions,
+    OwnBaseModelOptions,
+    TrainingOptions,
+    TruncatedDataOptions,
+    cli_command,
+    input_file,
+    parse_ints,
+)
 from anchorlens.progress import stage
 
 DEFAULT_MAX_LENGTH = 384  # evaluation.DEFAULT_MAX_LENGTH, named here so argument checks need no torch
 
-Eval_ = Annotated[Optional[Path], typer.Option("--eval", help="Eval jsonl (default: a seeded 10% split of --data).")]
+Eval_ = Annotated[Path | None, typer.Option("--eval", help="Eval jsonl (default: a seeded 10% split of --data).")]
 
 
 def _max_length(data: TruncatedDataOptions) -> int:
@@ -40,12 +50,12 @@ def train(
     batch: BatchOptions,
     training: TrainingOptions,
     eval_data: Eval_ = None,
-    epochs: Annotated[Optional[float], typer.Option("--epochs", min=0.0,
+    epochs: Annotated[float | None, typer.Option("--epochs", min=0.0,
                                                     help="Epochs over the training split.")] = None,
     grad_accum: Annotated[int, typer.Option("--grad-accum", min=1, help="Gradient accumulation steps.")] = 1,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or adafactor.")] = "adamw",
     eval_every: Annotated[int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")] = 50,
-    patience: Annotated[Optional[int], typer.Option("--patience", min=1,
+    patience: Annotated[int | None, typer.Option("--patience", min=1,
                                                     help="Early-stopping patience in evaluations.")] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
 ) -> None:
@@ -75,7 +85,7 @@ def evaluate(
     model: OwnBaseModelOptions,
     data: TruncatedDataOptions,
     batch: BatchOptions,
-    output: OutputOptions = OutputOptions(None),  # type: ignore[arg-type]  (no --out: print only)
+    output: OutputOptions = OutputOptions(None),  # type: ignore[arg-type]  # no --out: print only
 ) -> None:
     """Accuracy (and the task's metrics) of a checkpoint; per-example predictions saved with --out."""
     if output.out is not None:
@@ -121,11 +131,9 @@ def sweep_instance_cmd(
         table = sweep_instance(ckpt, data.task, data.data, counts, where, base=base, n=data.n,
                                batch_size=batch.batch_size, max_length=_max_length(data), anchors=True)
     facts = {"spec": ckpt, "task": data.task, "data": str(data.data or "bundled"), "examples": int(table["n"].iloc[0])}
-    # TODO(wt-reports): pass figures=not figures.no_figures always once write_sweep takes it
     with stage("writing tables and figures"):
         write_sweep(table, output.out, kind="instance", x="k", by="position", facts=facts, force=output.force,
-                    extra_metrics=("anchor_mass", "anchor_structural", "first_token_mass"),
-                    **({"figures": False} if figures.no_figures else {}))
+                    extra_metrics=("anchor_mass", "anchor_structural", "first_token_mass"), **figures.writer_kwargs())
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     typer.echo(f"wrote {output.out}/", err=True)
 
@@ -166,7 +174,7 @@ def sweep_length_cmd(
                  "steps": int(table["steps"].iloc[0]), "lr": training.lr, "seed": training.seed}
         with stage("writing tables and figures"):
             write_sweep(table, output.out, kind="length", x="length", by=None, facts=facts, force=output.force,
-                        **({"figures": False} if figures.no_figures else {}))
+                        **figures.writer_kwargs())
         shutil.move(str(runs / "runs"), str(output.out / "runs"))
     finally:
         shutil.rmtree(runs, ignore_errors=True)

@@ -11,8 +11,18 @@ from typing import Annotated
 import typer
 
 from anchorlens.cli.app import app
-from anchorlens.cli.options import (BatchOptions, Ckpts_, DataOptions, FigureOptions, ModelOptions, OutputOptions,
-                                    SelectionOptions, TruncatedDataOptions, cli_command, input_dir)
+from anchorlens.cli.options import (
+    BatchOptions,
+    Ckpts_,
+    DataOptions,
+    FigureOptions,
+    ModelOptions,
+    OutputOptions,
+    SelectionOptions,
+    TruncatedDataOptions,
+    cli_command,
+    input_dir,
+)
 from anchorlens.errors import UsageError
 from anchorlens.progress import stage
 
@@ -64,10 +74,8 @@ def compare(
                                  batch_size=batch.batch_size, map_example=map_example, dtype=model.dtype,
                                  device=model.device, progress=rt.is_main())
         if rt.is_main():
-            # TODO(wt-reports): pass figures=not figures.no_figures always once write_comparison takes it
-            extra = {"figures": False} if figures.no_figures else {}
             with stage("writing tables, figures and report.html"):
-                write_comparison(result, output.out, output.force, **extra)
+                write_comparison(result, output.out, output.force, **figures.writer_kwargs())
             typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
             typer.echo(f"wrote {output.out}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
         rt.barrier()
@@ -115,13 +123,13 @@ def positions(
     from anchorlens.reports.positions import position_grid, write_positions
     from anchorlens.workflows.positions import sweep_positions
 
-    # TODO(wt-workflows / wt-reports): pass device= and figures= always once the workflow and report take them
+    # TODO(wt-workflows): pass device=model.device always once sweep_positions takes it
     where = {"device": model.device} if model.device is not None else {}
     with stage(f"sweeping {ckpt} over positions {positions}"):
         sweep = sweep_positions(ckpt, positions, base=model.base, task=data.task, data=data.data, n=data.n,
                                 selection=selection, batch_size=batch.batch_size, dtype=model.dtype, **where)
     with stage("writing tables and figures"):
-        write_positions(sweep, output.out, output.force, **({"figures": False} if figures.no_figures else {}))
+        write_positions(sweep, output.out, output.force, **figures.writer_kwargs())
     typer.echo(position_grid(sweep.summary, sweep.positions).to_string())
     typer.echo(f"wrote {output.out}/", err=True)
 
@@ -170,7 +178,7 @@ def params(
     typer.echo(f"{model.base}: {total:,} parameters")
     for spec in ckpt:
         guided = load_model(spec, shared)
-        rows = getattr(guided, "parameter_report", lambda: [])()
+        rows: list[dict] = getattr(guided, "parameter_report", lambda: [])()
         trainable = sum(r["trainable"] for r in rows)
         detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"
         typer.echo(f"  {spec:<28} {trainable:>10,}  {100 * trainable / total:.4f}%  ({detail})")

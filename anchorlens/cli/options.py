@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional, get_type_hints
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
@@ -33,8 +33,8 @@ from anchorlens.errors import AnchorlensError, UsageError
 DEFAULT_BASE = "smollm2-135m"  # models.embedded.EMBEDDED_SPEC, named here so --help needs no torch
 
 Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
-Data_ = Annotated[Optional[Path], typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
-N_ = Annotated[Optional[int], typer.Option("--n", "--limit", min=1,
+Data_ = Annotated[Path | None, typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
+N_ = Annotated[int | None, typer.Option("--n", "--limit", min=1,
                                            help="Use the first N examples (--limit under torchrun, which claims --n).")]
 Ckpts_ = Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
                                                           "capsule, a checkpoint dir or a PEFT dir.")]
@@ -47,7 +47,7 @@ class ModelOptions:
     base: Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, "
                                                      "or a local HF dir.")] = DEFAULT_BASE
     dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32, bfloat16 (bf16) or float16 (fp16).")] = "float32"
-    device: Annotated[Optional[str], typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base "
+    device: Annotated[str | None, typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base "
                                                                    "over the node's GPUs).")] = None
 
     @property
@@ -62,12 +62,14 @@ class ModelOptions:
         return load_base(base or self.base, dtype=self.dtype, device=self.device)
 
 
+OWN_BASE_HELP = "Base model (default: the checkpoint's own, else smollm2-135m)."
+
+
 @dataclass(frozen=True)
 class OwnBaseModelOptions(ModelOptions):
     """Model options where the base defaults to the checkpoint's own (evaluate, sweep instance)."""
 
-    base: Annotated[Optional[str], typer.Option(  # type: ignore[assignment]
-        "--base", help="Base model (default: the checkpoint's own, else smollm2-135m).")] = None
+    base: Annotated[str | None, typer.Option("--base", help=OWN_BASE_HELP)] = None  # type: ignore[assignment]
 
     def load_or_own(self):
         """The loaded base, or None (the checkpoint's own base) when --base is not given."""
@@ -104,7 +106,7 @@ class DataOptions:
 class TruncatedDataOptions(DataOptions):
     """Data options plus truncation of long inputs."""
 
-    max_length: Annotated[Optional[int], typer.Option("--max-length", min=2, help="Truncate inputs (longest field first) "
+    max_length: Annotated[int | None, typer.Option("--max-length", min=2, help="Truncate inputs (longest field first) "
                                                       "to this many tokens (default: 384 for train/evaluate/sweeps, "
                                                       "the base's context for capture).")] = None
 
@@ -113,8 +115,8 @@ class TruncatedDataOptions(DataOptions):
 class SelectionOptions:
     """Which layers and heads to capture."""
 
-    layers: Annotated[Optional[str], typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")] = None
-    heads: Annotated[Optional[str], typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
+    layers: Annotated[str | None, typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")] = None
+    heads: Annotated[str | None, typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
 
     def selection(self):
         """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError for bad syntax."""
@@ -161,12 +163,20 @@ class FigureOptions:
 
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write tables and metrics only, no figures.")] = False
 
+    def writer_kwargs(self) -> dict[str, Any]:
+        """Keyword for the report writers: ``figures=False`` under --no-figures.
+
+        TODO(wt-reports): return ``{"figures": not self.no_figures}`` once write_comparison,
+        write_positions and write_sweep take ``figures: bool``.
+        """
+        return {"figures": False} if self.no_figures else {}
+
 
 @dataclass(frozen=True)
 class TrainingOptions:
     """Optimizer settings shared by train and sweep length (one default for both)."""
 
-    steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None
     lr: Annotated[float, typer.Option("--lr", help="Learning rate (positive).")] = 1e-2
     seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0
 

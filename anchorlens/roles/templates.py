@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from anchorlens.roles.kinds import Role
 
@@ -40,7 +40,7 @@ class Field:
     name: str
 
 
-Segment = Union[Literal, Field]
+Segment = Literal | Field
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Template:
         object.__setattr__(self, "segments", tuple(self.segments))
 
     @classmethod
-    def parse(cls, spec: str, name: str = "custom") -> "Template":
+    def parse(cls, spec: str, name: str = "custom") -> Template:
         """Build a template from a compact string; braces mark fields, ``{{`` and ``}}`` escape."""
         return cls(name, parse_segments(spec))
 

@@ -60,7 +60,7 @@ def expand_multirc(row: Mapping[str, Any]) -> list[Row]:
         if not isinstance(answers, list):
             raise RowError("field 'passage.questions[].answers' is not a list")
         q_idx = q.get("idx", q_pos)
-        for a_pos, a in enumerate(answers):
+        for _a_pos, a in enumerate(answers):
             ex: Row = {
                 "passage": text,
                 "question": question,
