@@ -269,3 +269,29 @@ def test_compare_no_figures_writes_tables_only(tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "metrics.parquet").is_file() and (out / "report.html").is_file()
     assert not (out / "figures").exists() or not any((out / "figures").iterdir())
+
+
+def test_demo_called_directly_gets_the_flag_defaults(capsys):
+    """The root callback runs ``demo()`` without typer: option groups still get their defaults."""
+    from anchorlens.cli import measure
+
+    measure.demo(base="tiny-llama", n=2)  # partial keywords: the rest come from the flags' defaults
+    assert "tiny-llama on 2 rte examples" in capsys.readouterr().out
+
+
+def test_train_then_evaluate_then_positions_on_a_tiny_base(tmp_path):
+    run_dir = tmp_path / "train"
+    result = run("train", "--method", "capsule", *TINY, "--n", "12", "--steps", "2", "--eval-every", "1",
+                 "--dtype", "float32", "--device", "cpu", "--out", str(run_dir))
+    assert result.exit_code == 0, result.output
+    assert "2 steps" in result.output and (run_dir / "final" / "anchorlens.json").is_file()
+    evaluated = tmp_path / "eval"
+    result = run("evaluate", "--ckpt", str(run_dir / "final"), *TINY, "--n", "4", "--out", str(evaluated))
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((evaluated / "metrics.json").read_text())
+    assert metrics["num_examples"] == 4 and 0 <= metrics["accuracy"] <= 1
+    moved = tmp_path / "positions"
+    result = run("positions", "--ckpt", str(run_dir / "final"), "--positions", "first,last", *TINY, "--n", "2",
+                 "--out", str(moved))
+    assert result.exit_code == 0, result.output
+    assert set(pd.read_csv(moved / "positions.csv").position) == {"first", "last"}
