@@ -295,3 +295,21 @@ def test_train_then_evaluate_then_positions_on_a_tiny_base(tmp_path):
                  "--out", str(moved))
     assert result.exit_code == 0, result.output
     assert set(pd.read_csv(moved / "positions.csv").position) == {"first", "last"}
+
+
+@pytest.mark.parametrize("err, line", [
+    (OSError(28, "No space left on device", "/runs/x/metrics.parquet"),
+     "error: cannot use /runs/x/metrics.parquet: no space left on the device"),
+    (PermissionError(13, "Permission denied", "/data/a.jsonl"), "error: cannot use /data/a.jsonl: permission denied"),
+    (OSError(28, "No space left on device"), "error: cannot use an output file: no space left on the device"),
+])
+def test_os_errors_anywhere_in_a_command_are_one_line_naming_the_path(err, line):
+    broken = typer.Typer()
+
+    @broken.command()
+    @cli_command
+    def cmd(batch: BatchOptions) -> None:
+        raise err
+
+    result = CliRunner().invoke(broken, [])
+    assert result.exit_code == 2 and result.output.strip() == line, result.output
