@@ -195,7 +195,7 @@ CASES = [
     Case("position-beyond", ("compare", "--ckpt", "base", "--ckpt", "capsule:pos=5000", *TINY, "--n", "2"), r"beyond"),
     Case("layers-syntax", (*COMPARE, "--layers", "x-y"), r"cannot parse --layers 'x-y'"),
     Case("k-syntax", ("sweep", "instance", *TINY, "--k", "one"), r"--k must be comma-separated integers"),
-    Case("existing-out", COMPARE, r"already exists; pass --force", out_exists=True),
+    Case("existing-out", COMPARE, r"(already exists|is not empty).*(--force|another --out)", out_exists=True),
     Case("out-under-a-file", (*COMPARE, "--out", "{d}/file/out"),
          r"cannot use --out {d}/file/out: a parent is a file, not a directory", regular_file("file")),
     Case("figures-no-run", ("figures", "{d}/nope"), r"cannot read the compare run {d}/nope: no such file or directory"),

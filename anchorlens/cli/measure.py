@@ -171,14 +171,14 @@ def params(
     model: ModelOptions,
 ) -> None:
     """Trainable parameters of each checkpoint spec and their share of the base."""
-    from anchorlens.workflows.models import load_model
+    from anchorlens.methods.spec import load_guided
 
     shared = model.load()
     total = shared.num_parameters()
     typer.echo(f"{model.base}: {total:,} parameters")
     for spec in ckpt:
-        guided = load_model(spec, shared)
-        rows: list[dict] = getattr(guided, "parameter_report", lambda: [])()
+        guided = load_guided(spec, base=shared)
+        rows = guided.parameter_report()
         trainable = sum(r["trainable"] for r in rows)
         detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"
         typer.echo(f"  {spec:<28} {trainable:>10,}  {100 * trainable / total:.4f}%  ({detail})")
