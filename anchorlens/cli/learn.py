@@ -68,10 +68,10 @@ def train(
 
     with stage(f"loading {model.base}"):
         base = model.load()
-    run = run_train(method, data.task, data.data, eval_data, base=base, steps=training.steps, epochs=epochs,
-                    lr=training.lr, batch_size=batch.batch_size, grad_accum=grad_accum, optimizer=optimizer,
-                    seed=training.seed, out=output.out, resume=resume, force=output.force, eval_every=eval_every,
-                    patience=patience, n=data.n, max_length=_max_length(data))
+    run = run_train(method, data.task, data.data, eval_data, base=base, epochs=epochs, batch_size=batch.batch_size,
+                    grad_accum=grad_accum, optimizer=optimizer, out=output.out, resume=resume, force=output.force,
+                    eval_every=eval_every, patience=patience, n=data.n, max_length=_max_length(data),
+                    **training.train_kwargs())
     s = run.summary
     typer.echo(f"{method}: {s['num_trainable']:,} trainable parameters, {s['steps']} steps, "
                f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; "
@@ -168,10 +168,10 @@ def sweep_length_cmd(
     try:
         with stage(f"training {len(sizes)} prompt lengths", total=None):
             table = sweep_length(method, sizes, data.task, data.data, eval_data, base=base, out=runs / "runs",
-                                 steps=training.steps, lr=training.lr, batch_size=batch.batch_size, seed=training.seed,
-                                 n=data.n, max_length=_max_length(data), progress=False)
+                                 batch_size=batch.batch_size, n=data.n, max_length=_max_length(data), progress=False,
+                                 **training.train_kwargs())
         facts = {"method": method, "task": data.task, "data": str(data.data or "bundled"),
-                 "steps": int(table["steps"].iloc[0]), "lr": training.lr, "seed": training.seed}
+                 "steps": int(table["steps"].iloc[0]), "lr": training.lr or "default", "seed": training.seed}
         with stage("writing tables and figures"):
             write_sweep(table, output.out, kind="length", x="length", by=None, facts=facts, force=output.force,
                         **figures.writer_kwargs())

@@ -177,8 +177,14 @@ class TrainingOptions:
     """Optimizer settings shared by train and sweep length (one default for both)."""
 
     steps: Annotated[int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None
-    lr: Annotated[float, typer.Option("--lr", help="Learning rate (positive).")] = 1e-2
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate (positive; default: the training default, "
+                                                          "DEFAULT_LR of anchorlens.training).")] = None
     seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0
+
+    def train_kwargs(self) -> dict[str, Any]:
+        """Keywords for the train workflow: the values given; unset ones keep the workflow's own defaults."""
+        given = {"steps": self.steps, "lr": self.lr}
+        return {"seed": self.seed, **{k: v for k, v in given.items() if v is not None}}
 
 
 GROUPS: tuple[type, ...] = (ModelOptions, DataOptions, SelectionOptions, BatchOptions, OutputOptions, FigureOptions,
