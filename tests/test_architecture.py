@@ -8,7 +8,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "anchorlens"
 
 # Upstream first. A module may import only from its own layer or layers above it.
 LAYERS = [
-    {"errors", "atomic", "rundir", "tensorfile"},
+    {"errors", "atomic", "progress", "rundir", "tensorfile"},
     {"roles"},
     {"tasks"},
     {"models"},

@@ -9,7 +9,8 @@ app = typer.Typer(
     invoke_without_command=True,
     help="Measure attention anchors (instance tokens, CaPT capsules, soft prompts) in language models.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: flags shown as flags (--force, not --force <bool>), no boxes
 )
 
-sweep_app = typer.Typer(help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length.")
+sweep_app = typer.Typer(rich_markup_mode=None, help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length.")
 app.add_typer(sweep_app, name="sweep")

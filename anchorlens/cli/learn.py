@@ -2,137 +2,181 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from anchorlens.cli.app import app, sweep_app
-from anchorlens.cli.options import Base_, Batch_, Data_, Force_, N_, Task_, parse_ints, usage_errors
+from anchorlens.cli.options import (
+    BatchOptions,
+    FigureOptions,
+    ModelOptions,
+    OutputOptions,
+    OwnBaseModelOptions,
+    TrainingOptions,
+    TruncatedDataOptions,
+    cli_command,
+    input_file,
+    parse_ints,
+)
+from anchorlens.progress import stage
+
+DEFAULT_MAX_LENGTH = 384  # evaluation.DEFAULT_MAX_LENGTH, named here so argument checks need no torch
+
+Eval_ = Annotated[Path | None, typer.Option("--eval", help="Eval jsonl (default: a seeded 10% split of --data).")]
+
+
+def _max_length(data: TruncatedDataOptions) -> int:
+    """--max-length, or the training/evaluation default."""
+    return DEFAULT_MAX_LENGTH if data.max_length is None else data.max_length
+
+
+def _check_eval(eval_data: Path | None, data: TruncatedDataOptions) -> None:
+    """Read --eval now (labels required) so a bad file fails before the model loads."""
+    if eval_data is not None:
+        from anchorlens.workflows.inputs import resolve_inputs
+
+        resolve_inputs(data.task, input_file(eval_data, "--eval"), need_labels=True)
 
 
 @app.command()
-@usage_errors
+@cli_command
 def train(
-    method: Annotated[str, typer.Option("--method", help="prompt (n=100), prompt:n=20, deep-prompt:n=10, capsule, capsule:fusion=prepend ...")],
-    out: Annotated[Path, typer.Option("--out", help="Run directory (checkpoints/, final/, history.csv, summary.json).")],
-    task: Task_ = "rte",
-    data: Data_ = None,
-    eval_data: Annotated[Optional[Path], typer.Option("--eval", help="Eval jsonl (default: a seeded 10% split of --data).")] = None,
-    base: Base_ = "smollm2-135m",
-    steps: Annotated[Optional[int], typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None,
-    epochs: Annotated[Optional[float], typer.Option("--epochs", min=0.0, help="Epochs over the training split.")] = None,
-    lr: Annotated[float, typer.Option("--lr", help="Learning rate.")] = 1e-2,
-    batch_size: Batch_ = 8,
+    method: Annotated[str, typer.Option("--method", help="prompt (n=100), prompt:n=20, deep-prompt:n=10, capsule, "
+                                                         "capsule:fusion=prepend ...")],
+    output: OutputOptions,
+    model: ModelOptions,
+    data: TruncatedDataOptions,
+    batch: BatchOptions,
+    training: TrainingOptions,
+    eval_data: Eval_ = None,
+    epochs: Annotated[float | None, typer.Option("--epochs", min=0.0,
+                                                    help="Epochs over the training split.")] = None,
     grad_accum: Annotated[int, typer.Option("--grad-accum", min=1, help="Gradient accumulation steps.")] = 1,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or adafactor.")] = "adamw",
-    seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0,
     eval_every: Annotated[int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")] = 50,
-    patience: Annotated[Optional[int], typer.Option("--patience", help="Early-stopping patience in evaluations.")] = 5,
-    n: N_ = None,
-    max_length: Annotated[int, typer.Option("--max-length", min=16, help="Truncate inputs (longest field first) to this many tokens.")] = 384,
+    patience: Annotated[int | None, typer.Option("--patience", min=1,
+                                                    help="Early-stopping patience in evaluations.")] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
-    force: Force_ = False,
 ) -> None:
     """Train guidance parameters only (the base stays frozen); resumable; writes a checkpoint dir."""
-    from anchorlens.workflows.train import train as run_train
+    claim = output.claim("train", resume=resume)
+    assert claim is not None  # train is never run under torchrun
+    with claim:
+        data.read(need_labels=True)
+        _check_eval(eval_data, data)
+        from anchorlens.workflows.train import train as run_train
 
-    run = run_train(method, task, data, eval_data, base=base, steps=steps, epochs=epochs, lr=lr, batch_size=batch_size,
-                    grad_accum=grad_accum, optimizer=optimizer, seed=seed, out=out, resume=resume, force=force,
-                    eval_every=eval_every, patience=patience, n=n, max_length=max_length)
+        with stage(f"loading {model.base}"):
+            base = model.load()
+        run = run_train(method, data.task, data.data, eval_data, base=base, epochs=epochs, batch_size=batch.batch_size,
+                        grad_accum=grad_accum, optimizer=optimizer, out=claim, resume=resume, force=output.force,
+                        eval_every=eval_every, patience=patience, n=data.n, max_length=_max_length(data),
+                        **training.train_kwargs())
     s = run.summary
     typer.echo(f"{method}: {s['num_trainable']:,} trainable parameters, {s['steps']} steps, "
-               f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; checkpoint {out}/final")
+               f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; "
+               f"checkpoint {output.out}/final")
 
 
 @app.command()
-@usage_errors
+@cli_command
 def evaluate(
     ckpt: Annotated[str, typer.Option("--ckpt", help="Checkpoint spec (base, instance, a checkpoint dir, a PEFT dir...).")],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write predictions.csv and metrics.json here.")] = None,
-    task: Task_ = "rte",
-    data: Data_ = None,
-    n: N_ = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Base model (default: the checkpoint's own, else smollm2-135m).")] = None,
-    batch_size: Batch_ = 8,
-    force: Force_ = False,
+    model: OwnBaseModelOptions,
+    data: TruncatedDataOptions,
+    batch: BatchOptions,
+    output: OutputOptions = OutputOptions(None),  # type: ignore[arg-type]  # no --out: print only
 ) -> None:
     """Accuracy (and the task's metrics) of a checkpoint; per-example predictions saved with --out."""
-    from anchorlens.workflows.evaluate import evaluate as run_evaluate
+    claim = output.claim("evaluate") if output.out is not None else None
+    try:
+        data.read(need_labels=True)
+        from anchorlens.workflows.evaluate import evaluate as run_evaluate
 
-    if out is not None:
-        from anchorlens.rundir import check_writable
-
-        check_writable(out, force)
-    result = run_evaluate(ckpt, task, data, n, base, batch_size=batch_size, out=out, force=force, progress=True)
+        base = model.load_or_own()
+        result = run_evaluate(ckpt, data.task, data.data, data.n, base, batch_size=batch.batch_size,
+                              max_length=_max_length(data), out=claim, force=output.force, progress=True)
+    finally:
+        if claim is not None:
+            claim.release()
     m = result.metrics
     lo, hi = m["accuracy_ci95"]
     extra = "  ".join(f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m)
-    typer.echo(f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] (n={m['num_examples']}) {extra}".rstrip())
+    typer.echo(f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
+               f"(n={m['num_examples']}) {extra}".rstrip())
 
 
 @sweep_app.command("instance")
-@usage_errors
+@cli_command
 def sweep_instance_cmd(
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Spec to add instance tokens to (base, a prompt-tuned checkpoint...).")] = "base",
+    model: OwnBaseModelOptions,
+    data: TruncatedDataOptions,
+    batch: BatchOptions,
+    ckpt: Annotated[str, typer.Option("--ckpt", help="Spec to add instance tokens to (base, a prompt-tuned "
+                                                     "checkpoint...).")] = "base",
     k: Annotated[str, typer.Option("--k", help="Numbers of instance tokens, e.g. 0,1,2,4.")] = "0,1,2,4",
     positions: Annotated[str, typer.Option("--positions", help="Positions, e.g. first,last.")] = "first,last",
-    out: Annotated[Path, typer.Option("--out", help="Output directory.")] = Path("anchorlens-sweep-instance"),
-    task: Task_ = "rte",
-    data: Data_ = None,
-    n: N_ = None,
-    base: Annotated[Optional[str], typer.Option("--base", help="Base model (default: the checkpoint's own, else smollm2-135m).")] = None,
-    batch_size: Batch_ = 8,
-    force: Force_ = False,
+    output: OutputOptions = OutputOptions(Path("anchorlens-sweep-instance")),
+    figures: FigureOptions = FigureOptions(),
 ) -> None:
     """Training-free instance tokens: accuracy and anchor metrics per (k, position) (paper Fig. 2)."""
-    from anchorlens.rundir import check_writable
-    from anchorlens.reports.sweeps import write_sweep
-    from anchorlens.workflows.positions import parse_positions
-    from anchorlens.workflows.sweeps import sweep_instance
+    counts = parse_ints(k, "--k")
+    claim = output.claim("sweep-instance")
+    assert claim is not None  # sweeps are never run under torchrun
+    with claim:
+        data.read(need_labels=True)
+        from anchorlens.reports.sweeps import write_sweep
+        from anchorlens.workflows.positions import parse_positions
+        from anchorlens.workflows.sweeps import sweep_instance
 
-    check_writable(out, force)
-    table = sweep_instance(ckpt, task, data, parse_ints(k, "--k"), parse_positions(positions), base=base, n=n,
-                           batch_size=batch_size, anchors=True)
-    facts = {"spec": ckpt, "task": task, "data": str(data or "bundled"), "examples": int(table["n"].iloc[0])}
-    write_sweep(table, out, kind="instance", x="k", by="position", facts=facts, force=force,
-                extra_metrics=("anchor_mass", "anchor_structural", "first_token_mass"))
+        where = parse_positions(positions)
+        base = model.load_or_own()
+        with stage(f"sweeping {len(counts)} counts x {len(where)} positions"):
+            table = sweep_instance(ckpt, data.task, data.data, counts, where, base=base, n=data.n,
+                                   batch_size=batch.batch_size, max_length=_max_length(data), anchors=True)
+        facts = {"spec": ckpt, "task": data.task, "data": str(data.data or "bundled"),
+                 "examples": int(table["n"].iloc[0])}
+        with stage("writing tables and figures"):
+            write_sweep(table, claim, kind="instance", x="k", by="position", facts=facts,
+                        extra_metrics=("anchor_mass", "anchor_structural", "first_token_mass"), **figures.writer_kwargs())
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"wrote {output.out}/", err=True)
 
 
 @sweep_app.command("length")
-@usage_errors
+@cli_command
 def sweep_length_cmd(
+    model: ModelOptions,
+    data: TruncatedDataOptions,
+    batch: BatchOptions,
+    training: TrainingOptions,
     method: Annotated[str, typer.Option("--method", help="prompt or deep-prompt.")] = "prompt",
     lengths: Annotated[str, typer.Option("--lengths", help="Prompt lengths, e.g. 1,5,20,100.")] = "1,5,20,100",
-    out: Annotated[Path, typer.Option("--out", help="Output directory (one training run per length inside).")] = Path("anchorlens-sweep-length"),
-    task: Task_ = "rte",
-    data: Data_ = None,
-    eval_data: Annotated[Optional[Path], typer.Option("--eval", help="Eval jsonl (default: a seeded 10% split).")] = None,
-    base: Base_ = "smollm2-135m",
-    steps: Annotated[int, typer.Option("--steps", min=1, help="Steps per length.")] = 100,
-    lr: Annotated[float, typer.Option("--lr", help="Learning rate.")] = 1e-2,
-    batch_size: Batch_ = 8,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    n: N_ = None,
-    force: Force_ = False,
+    eval_data: Eval_ = None,
+    output: OutputOptions = OutputOptions(Path("anchorlens-sweep-length")),
+    figures: FigureOptions = FigureOptions(),
 ) -> None:
     """Train one soft prompt per length; accuracy, parameters and time per step vs length."""
-    import shutil
-    import tempfile
+    sizes = parse_ints(lengths, "--lengths")
+    claim = output.claim("sweep-length")
+    assert claim is not None  # sweeps are never run under torchrun
+    with claim, claim.scratch() as scratch:
+        data.read(need_labels=True)
+        _check_eval(eval_data, data)
+        from anchorlens.reports.sweeps import write_sweep
+        from anchorlens.workflows.sweeps import sweep_length
 
-    from anchorlens.rundir import check_writable
-    from anchorlens.reports.sweeps import write_sweep
-    from anchorlens.workflows.sweeps import sweep_length
-
-    check_writable(out, force)
-    runs = Path(tempfile.mkdtemp(prefix="anchorlens-sweep-"))
-    try:
-        table = sweep_length(method, parse_ints(lengths, "--lengths"), task, data, eval_data, base=base, out=runs / "runs",
-                             steps=steps, lr=lr, batch_size=batch_size, seed=seed, n=n, progress=False)
-        facts = {"method": method, "task": task, "data": str(data or "bundled"), "steps": steps, "lr": lr, "seed": seed}
-        write_sweep(table, out, kind="length", x="length", by=None, facts=facts, force=force)
-        shutil.move(str(runs / "runs"), str(out / "runs"))
-    finally:
-        shutil.rmtree(runs, ignore_errors=True)
+        with stage(f"loading {model.base}"):
+            base = model.load()
+        with stage(f"training {len(sizes)} prompt lengths", total=None):
+            table = sweep_length(method, sizes, data.task, data.data, eval_data, base=base, out=scratch / "runs",
+                                 batch_size=batch.batch_size, n=data.n, max_length=_max_length(data), progress=False,
+                                 **training.train_kwargs())
+        facts = {"method": method, "task": data.task, "data": str(data.data or "bundled"),
+                 "steps": int(table["steps"].iloc[0]), "lr": training.lr or "default", "seed": training.seed}
+        with stage("writing tables and figures"):
+            write_sweep(table, claim, kind="length", x="length", by=None, facts=facts, runs=scratch / "runs",
+                        **figures.writer_kwargs())
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-
+    typer.echo(f"wrote {output.out}/", err=True)

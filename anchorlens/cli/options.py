@@ -1,27 +1,231 @@
-"""Shared CLI pieces: option types (inseq-style, declared once), error handling, parsers."""
+"""Option groups shared by the commands, declared once as typed dataclasses (inseq's CLI-argument classes).
+
+A command takes a few option objects instead of 10-17 loose keyword arguments::
+
+    @app.command()
+    @cli_command
+    def compare(ckpt: Ckpts_, model: ModelOptions, data: DataOptions, output: OutputOptions = OutputOptions(Path("x"))):
+        ...
+
+:func:`cli_command` shows typer one flag per dataclass field (the field's ``Annotated`` option gives
+the flag and its help; a default instance on the parameter gives per-command defaults) and
+rebuilds the objects before calling the command. It also maps errors: a UsageError or an OS error
+is one ``error: ...`` line and exit 2. Nothing here imports torch: the checks that refuse trivial
+mistakes (existing ``--out``, missing ``--data``) run before the heavy imports.
+"""
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated, Any, get_type_hints
 
 import typer
 
-from anchorlens.errors import UsageError
+from anchorlens.atomic import os_errors
+from anchorlens.errors import AnchorlensError, UsageError
+from anchorlens.rundir import OutClaim
 
-Base_ = Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, or a local HF dir.")]
+DEFAULT_BASE = "smollm2-135m"  # models.embedded.EMBEDDED_SPEC, named here so --help needs no torch
+
 Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
-Data_ = Annotated[Optional[Path], typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
-N_ = Annotated[Optional[int], typer.Option("--n", "--limit", help="Use the first N examples (--limit under torchrun, which claims --n).")]
-Layers_ = Annotated[Optional[str], typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")]
-Heads_ = Annotated[Optional[str], typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")]
-Batch_ = Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")]
-Dtype_ = Annotated[str, typer.Option("--dtype", help="float32 or bfloat16.")]
-Force_ = Annotated[bool, typer.Option("--force", help="Replace an existing output directory.")]
-Device_ = Annotated[Optional[str], typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base over the node's GPUs).")]
-Ckpts_ = Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, capsule, a checkpoint dir or a PEFT dir.")]
+Data_ = Annotated[Path | None, typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
+N_ = Annotated[int | None, typer.Option("--n", "--limit", min=1,
+                                           help="Use the first N examples (--limit under torchrun, which claims --n).")]
+Ckpts_ = Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
+                                                          "capsule, a checkpoint dir or a PEFT dir.")]
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The base model and where it runs: every command that loads a base."""
+
+    base: Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, "
+                                                     "or a local HF dir.")] = DEFAULT_BASE
+    dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32, bfloat16 (bf16) or float16 (fp16).")] = "float32"
+    device: Annotated[str | None, typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base "
+                                                                   "over the node's GPUs).")] = None
+
+    @property
+    def custom_placement(self) -> bool:
+        """Whether --dtype or --device differ from the defaults."""
+        return self.dtype != "float32" or self.device is not None
+
+    def load(self, base: str | None = None):
+        """Load the base (``base`` overrides ``self.base``) with this dtype and device."""
+        from anchorlens.models.loading import load_base
+
+        return load_base(base or self.base, dtype=self.dtype, device=self.device)
+
+
+OWN_BASE_HELP = "Base model (default: the checkpoint's own, else smollm2-135m)."
+
+
+@dataclass(frozen=True)
+class OwnBaseModelOptions(ModelOptions):
+    """Model options where the base defaults to the checkpoint's own (evaluate, sweep instance)."""
+
+    base: Annotated[str | None, typer.Option("--base", help=OWN_BASE_HELP)] = None  # type: ignore[assignment]
+
+    def load_or_own(self):
+        """The loaded base, or None (the checkpoint's own base) when --base is not given."""
+        if self.base is not None:
+            return self.load()
+        if self.custom_placement:
+            raise UsageError("--dtype/--device need --base here (e.g. --base smollm2-135m); "
+                             "without it the checkpoint's own base is loaded in float32 on the CPU")
+        return None
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """Which task and examples: the bundled set or a jsonl file, optionally the first N."""
+
+    task: Task_ = "rte"
+    data: Data_ = None
+    n: N_ = None
+
+    def check(self) -> None:
+        """Cheap checks before any heavy import: the data file is a readable file."""
+        if self.data is not None:
+            input_file(self.data, "--data")
+
+    def read(self, need_labels: bool = False):
+        """Read and validate every example now (FILE:LINE errors); ``need_labels`` for evaluate/train."""
+        self.check()
+        from anchorlens.workflows.inputs import resolve_inputs
+
+        return resolve_inputs(self.task, self.data, self.n, need_labels=need_labels)
+
+
+@dataclass(frozen=True)
+class TruncatedDataOptions(DataOptions):
+    """Data options plus truncation of long inputs."""
+
+    max_length: Annotated[int | None, typer.Option("--max-length", min=2, help="Truncate inputs (longest field first) "
+                                                      "to this many tokens (default: 384 for train/evaluate/sweeps, "
+                                                      "the base's context for capture).")] = None
+
+
+@dataclass(frozen=True)
+class SelectionOptions:
+    """Which layers and heads to capture."""
+
+    layers: Annotated[str | None, typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")] = None
+    heads: Annotated[str | None, typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
+
+    def selection(self):
+        """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError for bad syntax."""
+        from anchorlens.capture.selection import Selection, parse_layers
+
+        try:
+            return Selection(layers=parse_layers(self.layers), heads=parse_layers(self.heads))
+        except ValueError:
+            raise UsageError(f"cannot parse --layers {self.layers!r} / --heads {self.heads!r}; "
+                             "use forms like 0,2,5-8,-1") from None
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    """How many examples go through one forward pass."""
+
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Examples per forward pass.")] = 8
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where results go and whether an existing directory may be replaced."""
+
+    out: Annotated[Path, typer.Option("--out", help="Output directory (refused if it exists, unless --force).")]
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing anchorlens run in --out (never a folder "
+                                                      "anchorlens did not write).")] = False
+
+    def claim(self, kind: str, *, resume: bool = False) -> OutClaim | None:
+        """Claim --out for this run before any work: one line when refused (see :func:`anchorlens.rundir.claim_out`).
+
+        Under torchrun / accelerate launch only rank 0 claims (it is the one that writes); other ranks get None.
+        """
+        from anchorlens.rundir import claim_out
+
+        if os.environ.get("RANK", "0") != "0":  # set by torchrun / accelerate launch
+            return None
+        out = Path(self.out).expanduser()
+        with os_errors(out, "cannot use --out"):
+            return claim_out(out, kind=kind, force=self.force, resume=resume)
+
+
+@dataclass(frozen=True)
+class FigureOptions:
+    """Whether to draw figures (tables and metrics are always written)."""
+
+    no_figures: Annotated[bool, typer.Option("--no-figures", help="Write tables and metrics only, no figures.")] = False
+
+    def writer_kwargs(self) -> dict[str, Any]:
+        """Keyword for the report writers: ``figures=False`` under --no-figures.
+
+        TODO(wt-reports): return ``{"figures": not self.no_figures}`` once write_comparison,
+        write_positions and write_sweep take ``figures: bool``.
+        """
+        return {"figures": False} if self.no_figures else {}
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    """Optimizer settings shared by train and sweep length (one default for both)."""
+
+    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate (positive; default: the training default, "
+                                                          "DEFAULT_LR of anchorlens.training).")] = None
+    seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0
+
+    def train_kwargs(self) -> dict[str, Any]:
+        """Keywords for the train workflow: the values given; unset ones keep the workflow's own defaults."""
+        given = {"steps": self.steps, "lr": self.lr}
+        return {"seed": self.seed, **{k: v for k, v in given.items() if v is not None}}
+
+
+GROUPS: tuple[type, ...] = (ModelOptions, DataOptions, SelectionOptions, BatchOptions, OutputOptions, FigureOptions,
+                            TrainingOptions)
+
+
+def _is_group(annotation: Any) -> bool:
+    """Whether a parameter annotation is one of the option dataclasses."""
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation) and issubclass(annotation, GROUPS)
+
+
+def _expand(fn: Callable) -> tuple[inspect.Signature, dict[str, tuple[type, list[str]]]]:
+    """The flat signature typer sees, and parameter name -> (option class, its field names)."""
+    hints = get_type_hints(fn, include_extras=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, list[str]]] = {}
+    for param in inspect.signature(fn).parameters.values():
+        annotation = hints.get(param.name, param.annotation)
+        if not _is_group(annotation):
+            params.append(param.replace(annotation=annotation, kind=inspect.Parameter.KEYWORD_ONLY))
+            continue
+        field_hints = get_type_hints(annotation, include_extras=True)
+        names = []
+        for f in dataclasses.fields(annotation):
+            if param.default is not inspect.Parameter.empty:
+                default = getattr(param.default, f.name)
+            elif f.default is not dataclasses.MISSING:
+                default = f.default
+            else:
+                default = inspect.Parameter.empty
+            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=field_hints[f.name]))
+            names.append(f.name)
+        groups[param.name] = (annotation, names)
+    seen = [p.name for p in params]
+    clash = {name for name in seen if seen.count(name) > 1}
+    if clash:
+        raise TypeError(f"{fn.__name__}: option names used twice: {sorted(clash)}")
+    return inspect.Signature(params), groups
 
 
 def fail(message: str) -> None:
@@ -30,20 +234,30 @@ def fail(message: str) -> None:
     raise typer.Exit(2)
 
 
-def usage_errors(fn: Callable) -> Callable:
-    """Turn UsageError (and missing files) into a one-line message and exit code 2."""
+def cli_command(fn: Callable) -> Callable:
+    """Expand option-group parameters into flags for typer, rebuild them per call, and map errors.
+
+    UsageError (every AnchorlensError) and OS errors are one ``error:`` line with exit 2; Ctrl-C is
+    exit 130; anything else is an anchorlens bug: one ``internal error`` line, exit 1.
+    """
+    signature, groups = _expand(fn)
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs)
+        bound.apply_defaults()  # a direct call (the root callback runs demo()) gets the flags' defaults
+        args, kwargs = (), dict(bound.arguments)
+        for name, (cls, names) in groups.items():
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
         try:
             return fn(*args, **kwargs)
-        except UsageError as err:
+        except AnchorlensError as err:
             fail(str(err))
-        except FileNotFoundError as err:
-            fail(f"{err.filename}: no such file or directory")
+        except OSError as err:
+            fail(os_error_line(err))
         except KeyboardInterrupt:
             typer.secho("interrupted", err=True)
-            raise typer.Exit(130)
+            raise typer.Exit(130) from None
         except (typer.Exit, SystemExit):
             raise
         except Exception as err:  # an anchorlens bug: one line, full traceback on request
@@ -51,18 +265,43 @@ def usage_errors(fn: Callable) -> Callable:
                 raise
             typer.secho(f"internal error: {type(err).__name__}: {err} (rerun with ANCHORLENS_DEBUG=1 for the traceback)",
                         fg=typer.colors.RED, err=True)
-            raise typer.Exit(1)
+            raise typer.Exit(1) from None
 
+    wrapper.__signature__ = signature  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    del wrapper.__wrapped__  # typer must see the flat signature, not the grouped one
     return wrapper
 
 
-def selection_of(layers: str | None, heads: str | None):
-    from anchorlens.capture.selection import Selection, parse_layers
-
+def os_error_line(err: OSError) -> str:
+    """One line naming the path of an OS error and why (the reasons of :func:`anchorlens.atomic.os_errors`)."""
     try:
-        return Selection(layers=parse_layers(layers), heads=parse_layers(heads))
-    except ValueError:
-        raise UsageError(f"cannot parse --layers {layers!r} / --heads {heads!r}; use forms like 0,2,5-8,-1") from None
+        with os_errors(err.filename or "an output file", "cannot use"):
+            raise err
+    except UsageError as mapped:
+        return str(mapped)
+    return str(err)  # unreachable: os_errors always maps an OSError
+
+
+def input_file(path: str | Path, flag: str) -> Path:
+    """``path`` if it is a readable file; else one line naming the flag, the path and why (missing, a directory...)."""
+    path = Path(path).expanduser()
+    with os_errors(path, f"cannot read {flag}"):
+        with open(path, "rb"):
+            pass
+    return path
+
+
+def input_dir(path: str | Path, what: str) -> Path:
+    """``path`` if it is a listable directory; else one line naming it and why."""
+    path = Path(path).expanduser()
+    with os_errors(path, f"cannot read {what}"):
+        if not path.exists():
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        if not path.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(path))
+        os.listdir(path)
+    return path
 
 
 def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -71,8 +310,11 @@ def one_line_warning(message, category, filename, lineno, file=None, line=None) 
 
 
 def parse_ints(text: str, what: str) -> list[int]:
+    """``"0,1,2"`` -> [0, 1, 2]; UsageError naming the flag otherwise."""
     try:
-        return [int(v) for v in text.split(",") if v.strip()]
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise UsageError(f"{what} must be comma-separated integers, got {text!r}") from None
-
+    if not values:
+        raise UsageError(f"{what} is empty; give comma-separated integers")
+    return values

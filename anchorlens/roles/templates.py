@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 from anchorlens.roles.kinds import Role
 
@@ -40,7 +40,7 @@ class Field:
     name: str
 
 
-Segment = Union[Literal, Field]
+Segment = Literal | Field
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Template:
         object.__setattr__(self, "segments", tuple(self.segments))
 
     @classmethod
-    def parse(cls, spec: str, name: str = "custom") -> "Template":
+    def parse(cls, spec: str, name: str = "custom") -> Template:
         """Build a template from a compact string; braces mark fields, ``{{`` and ``}}`` escape."""
         return cls(name, parse_segments(spec))
 
@@ -152,7 +152,7 @@ class Template:
         return "".join(parts)
 
     def render(self, example: Mapping[str, Any]) -> Rendered:
-        """Fill the fields from ``example`` (non-strings are ``str()``'d); TemplateError names a missing field."""
+        """Fill the fields from ``example`` (numbers are ``str()``'d); TemplateError names a missing or list/object field."""
         pieces: list[str] = []
         spans: list[Span] = []
         pos = 0
@@ -165,6 +165,11 @@ class Template:
                     raise TemplateError(
                         f"template {self.name!r} needs field {seg.name!r}; the example has: {have}"
                     ) from None
+                if isinstance(value, (Mapping, list, tuple, set)):
+                    kind = "an object" if isinstance(value, Mapping) else "a list"
+                    raise TemplateError(
+                        f"template {self.name!r}: field {seg.name!r} must be a string or number, got {kind}"
+                    )
                 text = value if isinstance(value, str) else str(value)
                 role, label = Role.CONTENT, seg.name
             else:

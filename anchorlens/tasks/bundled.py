@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from importlib import resources
 
+from anchorlens.errors import UsageError
 from anchorlens.tasks.jsonl import load_examples
 from anchorlens.tasks.registry import Row, Task, get_task
 
@@ -17,10 +18,10 @@ def bundled_tasks() -> tuple[str, ...]:
 
 
 def bundled_examples(task: str | Task, limit: int | None = None) -> list[Row]:
-    """The bundled labelled examples of ``task``; ValueError when the task has none."""
+    """The bundled labelled examples of ``task``; UsageError (a ValueError) when the task has none."""
     task = get_task(task)
     if task.name not in bundled_tasks():
-        raise ValueError(f"no bundled examples for task {task.name}; bundled: {', '.join(bundled_tasks())}")
+        raise UsageError(f"no bundled examples for task {task.name}; pass --data FILE (bundled: {', '.join(bundled_tasks())})")
     source = resources.files(_PACKAGE).joinpath(_FOLDER, f"{task.name}.jsonl")
     with resources.as_file(source) as path:
         return load_examples(path, task, limit=limit, require_labels=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from anchorlens.errors import UnknownNameError
 from anchorlens.roles.templates import Template
 
 Row = dict[str, Any]
@@ -59,7 +60,7 @@ def expand_multirc(row: Mapping[str, Any]) -> list[Row]:
         if not isinstance(answers, list):
             raise RowError("field 'passage.questions[].answers' is not a list")
         q_idx = q.get("idx", q_pos)
-        for a_pos, a in enumerate(answers):
+        for _a_pos, a in enumerate(answers):
             ex: Row = {
                 "passage": text,
                 "question": question,
@@ -191,10 +192,10 @@ TASKS: Mapping[str, Task] = MappingProxyType({t.name: t for t in _ALL})
 
 
 def get_task(name: str | Task) -> Task:
-    """Task by case-insensitive name (a Task passes through); ValueError lists the known tasks."""
+    """Task by case-insensitive name (a Task passes through); UnknownNameError (a ValueError) lists the known tasks."""
     if isinstance(name, Task):
         return name
     key = str(name).strip().lower()
     if key not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
+        raise UnknownNameError(f"unknown task {name!r}; known tasks: {', '.join(TASKS)}")
     return TASKS[key]

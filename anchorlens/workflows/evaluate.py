@@ -59,7 +59,7 @@ def evaluate(
 def _evaluate(spec_or_model: Any, task: str, data: str | Path | None, n: int | None, base: Base | str | None,
               batch_size: int, max_length: int | None, progress: bool) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
-    inputs = resolve_inputs(task, data, n)
+    inputs = resolve_inputs(task, data, n, need_labels=True)
     model = load_guided(spec_or_model, base)
     preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress)
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}

@@ -17,23 +17,21 @@ class Inputs:
     source: str
 
 
-def resolve_inputs(task: str = "rte", data: str | Path | None = None, n: int | None = None) -> Inputs:
-    """Task + up to ``n`` examples from ``data`` (a SuperGLUE jsonl) or the bundled set."""
-    try:
-        spec = get_task(task)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+def resolve_inputs(
+    task: str | Task = "rte", data: str | Path | None = None, n: int | None = None, *, need_labels: bool = False
+) -> Inputs:
+    """Task + up to ``n`` examples from ``data`` (a SuperGLUE jsonl) or the bundled set.
+
+    ``need_labels``: every example must be labelled (evaluate, train); the error names FILE:LINE
+    of the first unlabelled one. Every problem is a one-line UsageError.
+    """
+    spec = get_task(task)
     if n is not None and n < 1:
         raise UsageError(f"--n must be at least 1, got {n}")
-    try:
-        if data is None:
-            examples = bundled_examples(spec, limit=n)
-            source = f"bundled:{spec.name}"
-        else:
-            examples = load_examples(Path(data), spec, limit=n)
-            source = str(data)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if not examples:
-        raise UsageError(f"no examples for task {spec.name} in {data or 'the bundled set'}")
+    if data is None:
+        examples = bundled_examples(spec, limit=n)
+        source = f"bundled:{spec.name}"
+    else:
+        examples = load_examples(Path(data), spec, limit=n, require_labels=need_labels)
+        source = str(data)
     return Inputs(spec, examples, source)

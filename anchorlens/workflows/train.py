@@ -91,9 +91,9 @@ def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str 
            save_every: int | None, n: int | None, max_length: int | None, weight_decay: float,
            progress: bool) -> TrainRun:
     """:func:`train` with ``out`` already claimed (or None)."""
-    inputs = resolve_inputs(task, data, n)
+    inputs = resolve_inputs(task, data, n, need_labels=True)
     if eval_data is not None:
-        train_ex, eval_ex = inputs.examples, resolve_inputs(task, eval_data).examples
+        train_ex, eval_ex = inputs.examples, resolve_inputs(task, eval_data, need_labels=True).examples
     else:
         try:
             train_ex, eval_ex = split_train_eval(inputs.examples, inputs.task, 0.1, seed)

@@ -109,3 +109,10 @@ def test_raw_template_is_all_content():
     assert r.text == "just text."
     assert r.spans == (Span(0, 10, Role.CONTENT, "text"),)
     assert RAW_TEMPLATE.fields == ("text",)
+
+
+@pytest.mark.parametrize("value, kind", [(["a", "b"], "a list"), ({"x": 1}, "an object"), (("a",), "a list")])
+def test_render_refuses_lists_and_objects_instead_of_their_repr(value, kind):
+    t = Template.parse("q: {q}", name="t")
+    with pytest.raises(TemplateError, match=f"template 't': field 'q' must be a string or number, got {kind}"):
+        t.render({"q": value})

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from anchorlens.errors import PathError
 from anchorlens.tasks import DataError, count_unlabelled, get_task, load_examples
 
 FEWGLUE = {
@@ -34,8 +35,8 @@ def _row(**kw) -> str:
 
 
 def _error(path: Path, task: str = "rte", **kw) -> str:
-    """The message of the DataError raised by loading ``path``."""
-    with pytest.raises(DataError) as info:
+    """The message of the DataError (PathError when the file cannot be read) raised by loading ``path``."""
+    with pytest.raises((DataError, PathError)) as info:
         load_examples(path, task, **kw)
     assert isinstance(info.value, ValueError)
     msg = str(info.value)
@@ -75,9 +76,41 @@ def test_label_not_in_task_labels(tmp_path):
 
 def test_empty_and_missing_files(tmp_path):
     empty = _write(tmp_path, ["", "  "])
-    assert _error(empty) == f"{empty}: no examples"
+    assert _error(empty) == f"{empty}: no examples (the file is empty)"
     missing = tmp_path / "nope.jsonl"
-    assert _error(missing) == f"{missing}: no such file"
+    assert _error(missing) == f"cannot read data file {missing}: no such file or directory"
+
+
+def test_unreadable_paths_are_one_line_naming_the_path(tmp_path):
+    """A directory, or a path under a regular file (what root sees instead of 'permission denied')."""
+    assert _error(tmp_path) == f"cannot read data file {tmp_path}: is a directory"
+    under_file = _write(tmp_path, [_row()]) / "x.jsonl"
+    assert _error(under_file) == f"cannot read data file {under_file}: a parent is a file, not a directory"
+
+
+def test_invalid_utf8_names_file_line_byte_and_column(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(_row().encode() + b"\n" + '{"premise": "caf\u00e9", "hypothesis": "H."}'.encode("latin-1") + b"\n")
+    assert _error(path) == f"{path}:2: not UTF-8 (byte 0xe9 at column 17); re-encode the file as UTF-8"
+
+
+def test_utf8_bom_is_accepted(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _row().encode() + b"\n")
+    assert load_examples(path, "rte")[0]["premise"] == "P."
+
+
+@pytest.mark.parametrize("value, kind", [(["a", "b"], "a list"), ({"a": 1}, "an object"), (True, "a boolean")])
+def test_list_or_object_as_text_field_is_refused(tmp_path, value, kind):
+    path = _write(tmp_path, [_row(), _row(hypothesis=value)])
+    assert _error(path) == f"{path}:2: field 'hypothesis' must be a string or number, got {kind}"
+
+
+def test_numbers_are_text_but_nan_is_not_json(tmp_path):
+    path = _write(tmp_path, [_row(premise=3, hypothesis=2.5)])
+    assert load_examples(path, "rte")[0]["premise"] == 3
+    nan = _write(tmp_path, ['{"premise": NaN, "hypothesis": "H."}'], "nan.jsonl")
+    assert _error(nan) == f"{nan}:1: not valid JSON (NaN is not JSON)"
 
 
 def test_unlabelled_rows_are_allowed_but_flagged(tmp_path):
@@ -85,7 +118,8 @@ def test_unlabelled_rows_are_allowed_but_flagged(tmp_path):
     rows = load_examples(path, "rte")
     assert rows[1]["label"] is None and rows[1]["labelled"] is False
     assert count_unlabelled(rows) == 1
-    assert _error(path, require_labels=True) == f"{path}:2: missing field 'label' for task rte"
+    assert _error(path, require_labels=True) == (f"{path}:2: missing field 'label' for task rte; evaluation and "
+                                                 "training need labelled examples (use a labelled split)")
 
 
 def test_nested_wsc_fields_are_flattened(tmp_path):
