@@ -8,7 +8,8 @@ from __future__ import annotations
 from anchorlens.analyses.base import SiteReducer, role_onehot
 from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
 from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer, sink_index
-from anchorlens.analyses.compare import HEADLINE_METRICS, compare_frames, headline_rows, headline_table
+from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
+from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
 from anchorlens.analyses.frames import (
@@ -42,6 +43,7 @@ from anchorlens.analyses.role_flow import RoleFlowReducer
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,
+    paired_array_stats,
     paired_differences,
     paired_summary,
     sign_flip_test,
@@ -65,7 +67,11 @@ __all__ = [
     "EntropyReducer",
     "FIRST_TOKEN",
     "FirstTokenReducer",
-    "HEADLINE_METRICS",
+    "HEADLINE",
+    "HeadlineMetric",
+    "anchor_metrics",
+    "headline_metric",
+    "paired_array_stats",
     "NO_ROLE",
     "ROW_KEYS",
     "RoleFlowReducer",

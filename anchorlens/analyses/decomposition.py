@@ -130,7 +130,7 @@ class DecompositionReducer(SiteReducer):
     def state_dict(self) -> dict:
         """Base state plus ``"visibility": [{"stack", "layer", "examples", "heads", "arrays"}]``."""
         state = super().state_dict()
-        state["visibility"] = [{"stack": s, "layer": l, **t.state()} for (s, l), t in sorted(self._vis.items())]
+        state["visibility"] = [{"stack": s, "layer": layer, **t.state()} for (s, layer), t in sorted(self._vis.items())]
         return state
 
     def load_state_dict(self, state: dict) -> None:

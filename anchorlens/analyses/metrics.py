@@ -21,13 +21,23 @@ their value to NaN and the ``fixed`` column to the reason; every other row has `
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import (ALL, GUIDANCE, INPUT, NO_ROLE, SITE_KEYS, concat_frames, conform, empty_frame,
-                                        role_label, roles_label)
+from anchorlens.analyses.frames import (
+    ALL,
+    GUIDANCE,
+    INPUT,
+    NO_ROLE,
+    SITE_KEYS,
+    concat_frames,
+    conform,
+    empty_frame,
+    role_label,
+    roles_label,
+)
 from anchorlens.capture.reducer import Reducer
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, Role
 

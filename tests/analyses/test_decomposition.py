@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from analyses_helpers import make_event, random_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analyses_helpers import make_event, random_event
 from anchorlens.analyses import structural_attention
 from anchorlens.analyses.decomposition import DecompositionReducer
 from anchorlens.capture.event import AttentionEvent
