@@ -62,13 +62,14 @@ HEADLINE: tuple[HeadlineMetric, ...] = DECOMPOSITION + (ABSORPTION, INPUT_ENTROP
 
 def anchor_mass_metric(anchor: str) -> HeadlineMetric:
     """Attention input queries put on the ``anchor`` role's keys (e.g. the instance token)."""
-    return HeadlineMetric("anchor_mass", "anchor_mass", INPUT, anchor, f"input → {anchor}",
+    return HeadlineMetric(f"anchor_mass:{anchor}", "anchor_mass", INPUT, anchor, f"input → {anchor}",
                           f"attention input queries put on the {anchor} token(s)")
 
 
 def anchor_structural_metric(anchor: str) -> HeadlineMetric:
     """The ``anchor`` role's own attention to structural keys."""
-    return HeadlineMetric("anchor_structural", "anchor_structural", anchor, "structural", f"{anchor} → structural",
+    return HeadlineMetric(f"anchor_structural:{anchor}", "anchor_structural", anchor, "structural",
+                          f"{anchor} → structural",
                           f"the {anchor} token's own attention to structural tokens")
 
 
