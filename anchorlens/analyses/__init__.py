@@ -6,10 +6,9 @@ with :func:`anchorlens.capture.reducer.make_reducer`.
 from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer, role_onehot
-from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
-from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer, sink_index
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
-from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
+from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer, sink_index
+from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
 from anchorlens.analyses.frames import (
@@ -24,6 +23,7 @@ from anchorlens.analyses.frames import (
     empty_frame,
     roles_label,
 )
+from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
 from anchorlens.analyses.metrics import (
     FIRST_TOKEN,
     MASK_REASON,

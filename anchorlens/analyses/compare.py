@@ -242,7 +242,8 @@ def headline_table(
                      .rename(columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"}))
     diff_cols = ["name", "stack", "checkpoint", "diff", "diff_lo", "diff_hi", "p_value"]
     diffs_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame(columns=diff_cols)
-    q = benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df) else []
+    q: np.ndarray = (benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df)
+                     else np.empty(0))
     diffs_df["q_value"] = pd.Series(q, index=diffs_df.index, dtype=np.float64)
     table = table.merge(diffs_df, on=["name", "stack", "checkpoint"], how="left")
     by_name = {m.name: m for m in metrics}

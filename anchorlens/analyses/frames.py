@@ -18,7 +18,7 @@ count      float64 number of queries the value averages over (weights for poolin
 """
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pandas as pd

@@ -261,7 +261,7 @@ def metrics_frame(
 ) -> pd.DataFrame:
     """Concatenate reducer frames (or ready frames), append :func:`derived_metrics` rows and flag the
     rows the mask fixes (:func:`mark_fixed`: value NaN, reason in the ``fixed`` column)."""
-    items = reducers.values() if isinstance(reducers, Mapping) else reducers
+    items: Iterable[Reducer | pd.DataFrame] = reducers.values() if isinstance(reducers, Mapping) else reducers
     base = concat_frames(item if isinstance(item, pd.DataFrame) else item.frame() for item in items)
     if not derived or base.empty:
         return base

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-
 FIXED_CELL = "n/a (fixed by the causal mask)"
 
 
@@ -22,7 +21,7 @@ def headline_grid(headline: pd.DataFrame, checkpoints: list[str]) -> pd.DataFram
     Rows are the headline metrics' labels; a value the mask fixes reads ``n/a (fixed by the causal
     mask)`` (the reasons: :func:`fixed_notes`); a metric a checkpoint lacks reads ``n/a``.
     """
-    rows = {}
+    rows: dict[str, dict[str, str]] = {}
     for _, row in headline.iterrows():
         label = f"{row['label']} ({row['stack']})" if "label" in row else \
             f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"

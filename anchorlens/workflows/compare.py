@@ -1,9 +1,9 @@
 """Compare checkpoints on the same examples: metrics, paired differences, headline table, maps."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

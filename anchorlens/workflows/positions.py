@@ -1,9 +1,9 @@
 """Sweep where the capsule / instance token sits (first, after_structural, middle, last, index)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 

@@ -36,13 +36,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import tomllib
 
 from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.atomic import write_json, write_text
@@ -236,7 +237,10 @@ def reproduce(plan: Plan | str | Path, out: str | Path, *, smoke: bool = False, 
     cache = CellCache(out, force)
     base = load_base(plan.base)
     b = plan.budget
-    trained, ablations, instance, positions = [], [], [], []
+    trained: list[dict] = []
+    ablations: list[dict] = []
+    instance: list[dict] = []
+    positions: list[dict] = []
     for task in plan.tasks:
         for seed in plan.seeds:
             for method in dict.fromkeys(plan.methods + plan.ablations):
@@ -251,18 +255,26 @@ def reproduce(plan: Plan | str | Path, out: str | Path, *, smoke: bool = False, 
                 spec = {"kind": "instance", "of": _train_spec(plan, task, plan.instance_on, seed),
                         "k": plan.instance_k, "positions": plan.instance_positions}
                 say(f"instance sweep on {plan.instance_on} ({task.name}, seed {seed})")
-                res = cache.get(spec, lambda _d, c=ckpt, t=task: {"rows": sweep_instance(
-                    c, t.name, t.eval_data, plan.instance_k, plan.instance_positions, base=base, n=b.get("n_eval"),
-                    batch_size=b.get("batch_size", 8), anchors=True).to_dict("records")})
+
+                def instance_cell(_digest: str, c: str = ckpt, t: TaskPlan = task) -> dict:
+                    table = sweep_instance(c, t.name, t.eval_data, plan.instance_k, plan.instance_positions, base=base,
+                                           n=b.get("n_eval"), batch_size=b.get("batch_size", 8), anchors=True)
+                    return {"rows": table.to_dict("records")}
+
+                res = cache.get(spec, instance_cell)
                 instance += [{"task": task.name, "seed": seed, "on": plan.instance_on, **r} for r in res["rows"]]
             if plan.positions_on:
                 ckpt = _trained(plan, task, plan.positions_on, seed, out, base, cache)["checkpoint"]
                 spec = {"kind": "positions", "of": _train_spec(plan, task, plan.positions_on, seed),
                         "positions": plan.positions}
                 say(f"position sweep of {plan.positions_on} ({task.name}, seed {seed})")
-                res = cache.get(spec, lambda _d, c=ckpt, t=task: {"rows": sweep_positions(
-                    c, plan.positions, base=plan.base, task=t.name, data=t.eval_data, n=b.get("n_eval"),
-                    batch_size=b.get("batch_size", 8)).summary.to_dict("records")})
+
+                def positions_cell(_digest: str, c: str = ckpt, t: TaskPlan = task) -> dict:
+                    sweep = sweep_positions(c, plan.positions, base=plan.base, task=t.name, data=t.eval_data,
+                                            n=b.get("n_eval"), batch_size=b.get("batch_size", 8))
+                    return {"rows": sweep.summary.to_dict("records")}
+
+                res = cache.get(spec, positions_cell)
                 positions += [{"task": task.name, "seed": seed, "on": plan.positions_on, **r} for r in res["rows"]]
     tables = {"accuracy": accuracy_table(trained), "efficiency": efficiency_table(trained)}
     if ablations:

@@ -32,7 +32,7 @@ def _parts(df):
     return d.groupby(["example", "layer", "head", "query_role"]).value.sum()
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), t=st.integers(1, 9), b=st.integers(1, 4))
 def test_parts_sum_to_one_per_query_group(seed, t, b):
     r = make_reducer("decomposition")
@@ -121,6 +121,7 @@ def _value(df, metric, example, layer, head, q, k=""):
     return float(row.value.iloc[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["instance", "prompt:n=3"])
 def test_decomposition_equals_hand_computation_from_maps(measured, spec):
     metrics, maps = measured[spec]
@@ -156,6 +157,7 @@ def test_decomposition_equals_hand_computation_from_maps(measured, spec):
                     sum(ent) / len(ent), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_guidance_absorption_is_mass_over_visible_share(measured):
     metrics, maps = measured["instance"]
     example, sm = next(iter(maps.items()))
@@ -168,6 +170,7 @@ def test_guidance_absorption_is_mass_over_visible_share(measured):
     assert got == pytest.approx(mass / share, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_causal_mask_fixed_metrics_are_flagged_not_reported(measured):
     first, _ = measured["instance"]
     for metric, q, k in (("island_score", "guidance", "guidance"), ("anchor_structural", "instance", "structural")):

@@ -8,6 +8,8 @@ import pytest
 from anchorlens.analyses.frames import ROW_KEYS
 from anchorlens.analyses.headline import HEADLINE, SINK_MASS
 
+pytestmark = pytest.mark.slow  # tiny-llama captures (compare, positions, sweeps): seconds each
+
 
 @pytest.fixture(scope="module")
 def comparison(tiny_base):
