@@ -99,7 +99,7 @@ def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value:
     return keys, blocks()
 
 
-_CHUNK_CELLS = 1 << 22  # cell x example values per block of paired arrays
+_CHUNK_CELLS = 1 << 23  # cell x example values per block of paired arrays (64 MiB per side)
 
 
 def compare_frames(

@@ -19,10 +19,10 @@ from anchorlens.analyses.frames import ROW_KEYS
 _CHUNK = 1 << 22  # elements per temporary block
 
 
-_CACHE_LIMIT = 1 << 24  # resample / sign matrices up to this many elements are built once and reused
+_CACHE_LIMIT = 1 << 25  # resample / sign matrices up to this many elements (256 MiB) are built once and reused
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=2)
 def _cached(kind: str, n: int, draws: int, seed: int) -> np.ndarray:
     """One whole [draws, n] matrix of ``_blocks(kind, ...)``, kept for reuse (read-only)."""
     out = np.concatenate(list(_blocks(kind, n, draws, seed)))
