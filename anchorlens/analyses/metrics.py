@@ -193,9 +193,10 @@ def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
     return vis[["example", "stack", "layer", "key_role"]].drop_duplicates()
 
 
-# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them
+# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
+# role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
 _FLOW_METRICS = ("anchor_mass", "anchor_structural", "island_score", "structural_attention", "special_attention",
-                 "role_flow", "decomposition", "guidance_absorption")
+                 "decomposition", "guidance_absorption")
 MASK_REASON = "fixed by the causal mask"
 
 
