@@ -67,9 +67,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, nargs="+", default=[1024, 10000])
     p.add_argument("--old", action="store_true", help="also time the previous join + groupby path")
+    p.add_argument("--strings", action="store_true", help="str key columns (as conform() gives) instead of categoricals")
     args = p.parse_args()
     for n in args.n:
         frames = {"base": synthetic(n, 0.0, 0), "instance": synthetic(n, 0.05, 1)}
+        if args.strings:
+            frames = {k: v.astype({c: "str" for c in ("stack", "metric", "query_role", "key_role")})
+                      for k, v in frames.items()}
         rows = sum(len(f) for f in frames.values())
         t = time.perf_counter()
         per_head = compare_frames(frames, "base", n_boot=2000, n_perm=2000, family=["checkpoint", "metric"])

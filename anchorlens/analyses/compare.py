@@ -60,41 +60,46 @@ def _joint_codes(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]):
 
 
 def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value: str = "value"):
-    """Cells and examples of two long frames as aligned arrays, built without a join.
+    """Cells and examples of two long frames as aligned arrays, built without a join or a sort.
 
     Returns (cell keys frame [C], blocks) where blocks yields (cell ids [c], A [c, E], B [c, E]):
-    values per cell and example (NaN where absent), a bounded number of cells at a time.
-    ValueError when a frame holds several rows of one (cell, example).
+    values per cell and example (NaN where absent), a bounded number of cells at a time. The two
+    [C, E] float64 arrays are built once by scattering the rows (8 bytes per cell and example per
+    side, far below the long frames themselves). ValueError when a frame holds several rows of one
+    (cell, example).
     """
     raw_a, raw_b, uniques = _joint_codes(a, b, cell)
     ex_a, ex_b, (examples,) = _joint_codes(a, b, ["example"])
-    cell_codes = np.unique(np.concatenate([np.unique(raw_a), np.unique(raw_b)]))
+    space = int(np.prod([max(len(u), 1) for u in uniques]))
+    if space <= 1 << 26:  # a lookup table over the key space: no sort
+        present = np.zeros(space, dtype=bool)
+        present[raw_a], present[raw_b] = True, True
+        cell_codes = np.flatnonzero(present)
+        lut = np.cumsum(present) - 1
+        cell_a, cell_b = lut[raw_a], lut[raw_b]
+    else:
+        cell_codes = np.unique(np.concatenate([np.unique(raw_a), np.unique(raw_b)]))
+        cell_a, cell_b = np.searchsorted(cell_codes, raw_a), np.searchsorted(cell_codes, raw_b)
     n_cells, n_ex = len(cell_codes), len(examples)
     decoded, rest = {}, cell_codes
     for c, u in zip(reversed(cell), reversed(uniques)):
         rest, pos = np.divmod(rest, len(u))
         decoded[c] = u.take(pos)
     keys = pd.DataFrame({c: np.asarray(decoded[c]) for c in cell})
-    sides = []
-    for name, df, raw, ex in (("df_a", a, raw_a, ex_a), ("df_b", b, raw_b, ex_b)):
-        flat = np.searchsorted(cell_codes, raw) * n_ex + ex
-        order = np.argsort(flat, kind="stable")
-        f = flat[order]
-        if len(f) > 1 and (np.diff(f) == 0).any():
+    mats = []
+    for name, df, cid, ex in (("df_a", a, cell_a, ex_a), ("df_b", b, cell_b, ex_b)):
+        flat = cid.astype(np.int64) * n_ex + ex
+        if len(flat) and np.bincount(flat, minlength=n_cells * n_ex).max() > 1:
             raise ValueError(f"{name} has several rows per {[*cell, 'example']}; add the distinguishing columns to 'on'")
-        sides.append((f, df[value].to_numpy(dtype=np.float64)[order]))
+        m = np.full(n_cells * n_ex, np.nan)
+        m[flat] = df[value].to_numpy(dtype=np.float64)
+        mats.append(m.reshape(n_cells, n_ex))
     step = max(1, _CHUNK_CELLS // max(n_ex, 1))
 
     def blocks():
         for c0 in range(0, n_cells, step):
             c1 = min(n_cells, c0 + step)
-            mats = []
-            for f, v in sides:
-                r0, r1 = np.searchsorted(f, [c0 * n_ex, c1 * n_ex])
-                m = np.full((c1 - c0) * n_ex, np.nan)
-                m[f[r0:r1] - c0 * n_ex] = v[r0:r1]
-                mats.append(m.reshape(c1 - c0, n_ex))
-            yield np.arange(c0, c1), mats[0], mats[1]
+            yield np.arange(c0, c1), mats[0][c0:c1], mats[1][c0:c1]
 
     return keys, blocks()
 

@@ -125,8 +125,8 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with ``head = -1``: unweighted mean of ``value`` (and of ``count``) over heads.
 
     Groups by every column except head/value/count; input rows already at head -1 are ignored; NaN
-    values are skipped (a group of NaNs gives NaN). Groups come from column codes and ``bincount``
-    (no pandas groupby), so millions of rows take seconds.
+    values are skipped (a group of NaNs gives NaN). Groups come from column codes hashed by ``factorize``
+    and sums by ``bincount`` (no pandas groupby, no sort), so millions of rows take seconds.
     """
     df = df[df["head"] >= 0]
     if df.empty:
@@ -136,12 +136,14 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     for c in keys:
         col = df[c]
         if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, size = col.cat.codes.to_numpy(np.int64), len(col.cat.categories) + 1
+            codes, size = col.cat.codes.to_numpy(np.int64) + 1, len(col.cat.categories) + 1  # NaN (-1) -> 0
         else:
             codes, uniques = pd.factorize(col, use_na_sentinel=False)
             size = len(uniques)
         code = code * max(size, 1) + codes
-    uniq, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    inverse, uniq = pd.factorize(code)  # hash-based grouping: no sort of the rows
+    first = np.empty(len(uniq), dtype=np.int64)
+    first[inverse] = np.arange(len(code))  # any row of a group carries its keys
     out = df.iloc[first][keys].reset_index(drop=True)
     n_groups = len(uniq)
     for col in ("value", "count"):
