@@ -151,15 +151,26 @@ def anchor_structural(
 
 def pooled_entropy(df: pd.DataFrame) -> pd.DataFrame:
     """``entropy`` pooled over input queries (query_role ``input``: the headline entropy) and over
-    guidance queries (``guidance``), weighted by query counts, from the per-role ``entropy`` rows."""
+    guidance queries (``guidance``), weighted by query counts, from the per-role ``entropy`` rows;
+    input roles whose queries see a single key (entropy 0 by definition) are left out."""
     rows = df[(df["metric"] == "entropy") & (df["head"] >= 0)]
     if rows.empty:
         return empty_frame()
     _need_count(rows)
+    # a query role whose queries each see a single key (BOS at position 0 under a causal mask) has
+    # entropy 0 by definition; pooling it would move the pooled entropy whenever a token is inserted
+    # before it, so such roles are left out (needs the decomposition reducer's visible_keys rows)
+    inputs = rows
+    keys = df[df["metric"] == "visible_keys"]
+    if len(keys):
+        site = ["example", "stack", "layer", "query_role"]
+        single = keys[keys["value"] <= 1][site].assign(_single=True)
+        inputs = rows.merge(single, on=site, how="left")
+        inputs = inputs[inputs["_single"].isna()].drop(columns="_single")
     parts = []
-    for roles in (INPUT_ROLES, GUIDANCE_ROLES):
+    for roles, source in ((INPUT_ROLES, inputs), (GUIDANCE_ROLES, rows)):  # guidance: flagged by mark_fixed instead
         labels = _labels(roles)
-        parts.append(_pool_queries(rows[rows["query_role"].isin(labels)], "entropy", roles_label(labels), NO_ROLE))
+        parts.append(_pool_queries(source[source["query_role"].isin(labels)], "entropy", roles_label(labels), NO_ROLE))
     return concat_frames(parts)
 
 

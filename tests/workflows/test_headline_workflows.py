@@ -67,6 +67,18 @@ def test_compare_headline_is_the_decomposition_with_fixed_values_flagged(compari
     assert {"ci_lo", "ci_hi", "diff_lo", "diff_hi", "fixed"} <= set(head.columns)
 
 
+def test_input_entropy_leaves_out_single_key_queries(comparison):
+    # base: the BOS query at position 0 sees one key (entropy 0 by definition); an inserted instance
+    # token gives it two. Pooling it would report an entropy change that is only the mask's doing.
+    m = comparison.metrics
+    m = m[(m.metric == "entropy") & (m.checkpoint == "base") & (m["head"] >= 0)]
+    per = m[m.query_role.isin(["structural", "content"])].assign(w=lambda d: d.value * d["count"])
+    per = per.groupby(["example", "layer", "head"]).agg(w=("w", "sum"), c=("count", "sum"))
+    pooled = m[m.query_role == "input"].set_index(["example", "layer", "head"])["value"]
+    np.testing.assert_allclose(pooled.sort_index(), (per.w / per.c).sort_index(), rtol=1e-12)
+    assert m[m.query_role == "special"]["fixed"].str.contains("single key").all()
+
+
 def test_demo_table_is_the_input_decomposition(comparison):
     from anchorlens.workflows.demo import format_table, per_layer_table
 
