@@ -74,10 +74,10 @@ def test_plan_parsing_smoke_overrides_and_digests(tmp_path):
     assert plan.tasks[0].data.endswith("shared/data/fewglue/RTE/train.jsonl")
     small = load_plan(REPO / "examples" / "reproduce-cpu.toml", smoke=True)
     assert [t.name for t in small.tasks] == ["rte"] and small.seeds == (0,) and small.budget["steps"] == 2
-    assert small.budget["epochs"] == 5 and small.methods == plan.methods  # untouched keys stay
+    assert small.budget["epochs"] == 3 and small.methods == plan.methods  # untouched keys stay
     assert cell_digest({"a": 1, "b": [1, 2]}) == cell_digest({"b": [1, 2], "a": 1}) != cell_digest({"a": 2})
     bad = tmp_path / "bad.toml"
     bad.write_text("[budget]\nstepz = 3\n[[tasks]]\nname='rte'\n[run]\nmethods=['prompt']\n")
     with pytest.raises(UsageError, match="stepz"):
         load_plan(bad)
-    assert json.loads(json.dumps(plan.budget))["epochs"] == 5
+    assert json.loads(json.dumps(plan.budget))["epochs"] == 3
