@@ -1,13 +1,14 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
-Importing this package registers the reducers ``role_flow``, ``first_token`` and ``entropy``
+Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy`` and ``decomposition``
 with :func:`anchorlens.capture.reducer.make_reducer`.
 """
 from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer, role_onehot
+from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
+from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer, sink_index
 from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
-from anchorlens.analyses.compare import HEADLINE_METRICS, compare_frames, headline_rows, headline_table
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
 from anchorlens.analyses.frames import (
@@ -22,14 +23,19 @@ from anchorlens.analyses.frames import (
     empty_frame,
     roles_label,
 )
+from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
 from anchorlens.analyses.metrics import (
     FIRST_TOKEN,
+    MASK_REASON,
     anchor_mass,
     anchor_structural,
     derived_metrics,
     flow_mass,
+    guidance_absorption,
     island_score,
+    mark_fixed,
     metrics_frame,
+    pooled_entropy,
     special_attention,
     structural_attention,
 )
@@ -37,6 +43,7 @@ from anchorlens.analyses.role_flow import RoleFlowReducer
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,
+    paired_array_stats,
     paired_differences,
     paired_summary,
     sign_flip_test,
@@ -46,13 +53,25 @@ from anchorlens.analyses.table import SiteTable
 
 __all__ = [
     "DEFAULT_REDUCERS",
+    "DecompositionReducer",
+    "MASK_REASON",
+    "PARTS",
+    "SINK",
+    "guidance_absorption",
+    "mark_fixed",
+    "pooled_entropy",
+    "sink_index",
     "default_reducers",
     "ALL",
     "COLUMNS",
     "EntropyReducer",
     "FIRST_TOKEN",
     "FirstTokenReducer",
-    "HEADLINE_METRICS",
+    "HEADLINE",
+    "HeadlineMetric",
+    "anchor_metrics",
+    "headline_metric",
+    "paired_array_stats",
     "NO_ROLE",
     "ROW_KEYS",
     "RoleFlowReducer",

@@ -1,18 +1,25 @@
 """Paired comparison of checkpoints measured on the same examples."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import ALL, ROW_KEYS
-from anchorlens.analyses.stats import benjamini_hochberg, paired_differences, paired_summary, summarize
+from anchorlens.analyses.frames import ROW_KEYS
+from anchorlens.analyses.headline import HEADLINE, HeadlineMetric
+from anchorlens.analyses.stats import (
+    benjamini_hochberg,
+    paired_array_stats,
+    paired_differences,
+    paired_summary,
+    summarize,
+)
 
-HEADLINE_METRICS: tuple[str, ...] = ("anchor_mass", "structural_attention", "island_score", "entropy")
 _STAT_COLUMNS = ["n", "mean_baseline", "mean_checkpoint", "diff", "ci_lo", "ci_hi", "p_value", "q_value", "significant"]
-_HEADLINE_COLUMNS = ["metric", "stack", "checkpoint", "query_role", "key_role", "n", "mean", "ci_lo", "ci_hi",
-                     "diff", "diff_lo", "diff_hi", "p_value", "q_value"]
+# ci_lo/ci_hi: CI of the row's own mean; diff_lo/diff_hi: CI of its paired difference to the first checkpoint
+_HEADLINE_COLUMNS = ["name", "label", "metric", "stack", "checkpoint", "query_role", "key_role", "n", "mean", "ci_lo",
+                     "ci_hi", "diff", "diff_lo", "diff_hi", "p_value", "q_value", "fixed"]
 
 
 def _add_q_values(df: pd.DataFrame, alpha: float, family: Sequence[str]) -> pd.DataFrame:
@@ -25,6 +32,79 @@ def _add_q_values(df: pd.DataFrame, alpha: float, family: Sequence[str]) -> pd.D
         df.iloc[idx, df.columns.get_loc("q_value")] = adjusted
         df.iloc[idx, df.columns.get_loc("significant")] = rejected
     return df
+
+
+def _factor(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(codes [rows] int64, uniques) of one key column; categorical columns use their codes as they are."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64), pd.Index(col.cat.categories)
+    codes, uniques = pd.factorize(col)
+    return np.asarray(codes, dtype=np.int64), pd.Index(uniques)
+
+
+def _joint_codes(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]):
+    """Codes of rows of a and b over ``columns`` in one sorted key space: (code_a, code_b, uniques per column).
+
+    A code is the mixed radix of the per-column positions in the sorted union of values, so codes
+    order rows lexicographically by the columns.
+    """
+    code_a, code_b = np.zeros(len(a), dtype=np.int64), np.zeros(len(b), dtype=np.int64)
+    uniques = []
+    for c in columns:
+        (ca, ua), (cb, ub) = _factor(a[c]), _factor(b[c])
+        union = ua.union(ub)
+        code_a = code_a * len(union) + union.get_indexer(ua)[ca]
+        code_b = code_b * len(union) + union.get_indexer(ub)[cb]
+        uniques.append(union)
+    return code_a, code_b, uniques
+
+
+def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value: str = "value"):
+    """Cells and examples of two long frames as aligned arrays, built without a join or a sort.
+
+    Returns (cell keys frame [C], blocks) where blocks yields (cell ids [c], A [c, E], B [c, E]):
+    values per cell and example (NaN where absent), a bounded number of cells at a time. The two
+    [C, E] float64 arrays are built once by scattering the rows (8 bytes per cell and example per
+    side, far below the long frames themselves). ValueError when a frame holds several rows of one
+    (cell, example).
+    """
+    raw_a, raw_b, uniques = _joint_codes(a, b, cell)
+    ex_a, ex_b, (examples,) = _joint_codes(a, b, ["example"])
+    space = int(np.prod([max(len(u), 1) for u in uniques]))
+    if space <= 1 << 26:  # a lookup table over the key space: no sort
+        present = np.zeros(space, dtype=bool)
+        present[raw_a], present[raw_b] = True, True
+        cell_codes = np.flatnonzero(present)
+        lut = np.cumsum(present) - 1
+        cell_a, cell_b = lut[raw_a], lut[raw_b]
+    else:
+        cell_codes = np.unique(np.concatenate([np.unique(raw_a), np.unique(raw_b)]))
+        cell_a, cell_b = np.searchsorted(cell_codes, raw_a), np.searchsorted(cell_codes, raw_b)
+    n_cells, n_ex = len(cell_codes), len(examples)
+    decoded, rest = {}, cell_codes
+    for c, u in zip(reversed(cell), reversed(uniques)):
+        rest, pos = np.divmod(rest, len(u))
+        decoded[c] = u.take(pos)
+    keys = pd.DataFrame({c: np.asarray(decoded[c]) for c in cell})
+    mats = []
+    for name, df, cid, ex in (("df_a", a, cell_a, ex_a), ("df_b", b, cell_b, ex_b)):
+        flat = cid.astype(np.int64) * n_ex + ex
+        if len(flat) and np.bincount(flat, minlength=n_cells * n_ex).max() > 1:
+            raise ValueError(f"{name} has several rows per {[*cell, 'example']}; add the distinguishing columns to 'on'")
+        m = np.full(n_cells * n_ex, np.nan)
+        m[flat] = df[value].to_numpy(dtype=np.float64)
+        mats.append(m.reshape(n_cells, n_ex))
+    step = max(1, _CHUNK_CELLS // max(n_ex, 1))
+
+    def blocks():
+        for c0 in range(0, n_cells, step):
+            c1 = min(n_cells, c0 + step)
+            yield np.arange(c0, c1), mats[0][c0:c1], mats[1][c0:c1]
+
+    return keys, blocks()
+
+
+_CHUNK_CELLS = 1 << 23  # cell x example values per block of paired arrays (64 MiB per side)
 
 
 def compare_frames(
@@ -40,13 +120,16 @@ def compare_frames(
     family: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Per checkpoint and (metric, stack, layer, head, query_role, key_role) cell: paired difference
-    checkpoint - baseline over the examples both frames hold.
+    checkpoint - baseline over the examples both frames hold (finite values on both sides).
 
     Columns: checkpoint, baseline, the cell keys, n, mean_baseline, mean_checkpoint, diff (mean paired
-    difference), ci_lo/ci_hi (bootstrap CI), p_value (sign-flip test), q_value (Benjamini-Hochberg
-    over all rows, or within each ``family`` group, e.g. ``["checkpoint"]``), significant.
-    Rows pair on ``on`` (default: every tidy key column present), so cells whose roles differ
-    between checkpoints (anchor_mass of capsule vs soft_prompt) do not pair.
+    difference), ci_lo/ci_hi (bootstrap CI of diff), p_value (sign-flip test), q_value
+    (Benjamini-Hochberg over all rows, or within each ``family`` group, e.g. ``["checkpoint"]``),
+    significant. Rows pair on ``on`` (default: every tidy key column present), so cells whose roles
+    differ between checkpoints (anchor_mass of capsule vs soft_prompt) do not pair.
+
+    The long frames are turned into cell x example arrays (no join, no per-cell groupby) and the
+    statistics run on blocks of cells, one resample matrix per sample size reused by every cell.
     """
     if baseline not in frames:
         raise KeyError(f"baseline {baseline!r} not among {list(frames)}")
@@ -59,11 +142,27 @@ def compare_frames(
     for name, df in frames.items():
         if name == baseline:
             continue
-        diffs = paired_differences(df, base, on=on)
-        s = paired_summary(diffs, cell, n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed)
-        s = s.rename(columns={"mean_a": "mean_checkpoint", "mean_b": "mean_baseline"})
+        keys, blocks = _paired_arrays(df, base, cell)
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
+        for ids, a, b in blocks:
+            diff = a - b
+            n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
+            ok = np.isfinite(diff)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
+                cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
+            for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
+                cols[k].append(v)
+        if not cols["id"]:
+            continue
+        got = {k: np.concatenate(v) for k, v in cols.items()}
+        keep = got["n"] > 0
+        s = keys.iloc[got["id"][keep]].reset_index(drop=True)
         s.insert(0, "checkpoint", name)
         s.insert(1, "baseline", baseline)
+        s["n"] = got["n"][keep].astype(np.int64)
+        s["mean_baseline"], s["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
+        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = got["diff"][keep], got["lo"][keep], got["hi"][keep], got["p"][keep]
         parts.append(s)
     columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
     if not parts or all(p.empty for p in parts):
@@ -73,90 +172,91 @@ def compare_frames(
     return out[columns]
 
 
-def headline_rows(df: pd.DataFrame, metric: str, roles: tuple[str | None, str | None] | None = None) -> pd.DataFrame:
-    """Rows of ``metric`` used for a headline number: per-head rows (head >= 0, else the head -1
-    rows) of one (query_role, key_role) pair, from ``roles`` or else the only pair, or else the
-    ``"all"`` query role's only pair; ValueError when still ambiguous."""
-    sub = df[df["metric"] == metric]
-    if sub.empty:
-        return sub
-    sub = sub[sub["head"] >= 0] if (sub["head"] >= 0).any() else sub
-    if roles is not None:
-        q, k = roles
-        if q is not None:
-            sub = sub[sub["query_role"] == q]
-        if k is not None:
-            sub = sub[sub["key_role"] == k]
-    pairs = sub[["query_role", "key_role"]].drop_duplicates()
-    if len(pairs) > 1:
-        pairs = pairs[pairs["query_role"] == ALL]
-        if len(pairs) != 1:
-            found = sorted(map(tuple, sub[["query_role", "key_role"]].drop_duplicates().to_numpy()))
-            raise ValueError(f"metric {metric!r} has several role pairs {found}; pass roles={{{metric!r}: (q, k)}}")
-        sub = sub[(sub["query_role"] == ALL) & (sub["key_role"] == pairs["key_role"].iloc[0])]
-    return sub
+def headline_rows(df: pd.DataFrame, metric: HeadlineMetric) -> pd.DataFrame:
+    """Rows of one headline metric: per-head rows (head >= 0), else its head -1 rows."""
+    sub = metric.rows(df)
+    return sub[sub["head"] >= 0] if (sub["head"] >= 0).any() else sub
 
 
-def _per_example(frames: Mapping[str, pd.DataFrame], metrics: Sequence[str],
-                 roles: Mapping[str, tuple[str | None, str | None]]) -> pd.DataFrame:
-    """Per checkpoint, metric, stack, example: mean value over layers and heads (+ roles used)."""
-    parts = []
-    for name, df in frames.items():
+def _fixed_reason(rows: pd.DataFrame) -> str:
+    """The mask reason when no row of ``rows`` was measured (all NaN and flagged), else ``""``."""
+    if "fixed" not in rows.columns or rows.empty or np.isfinite(rows["value"].to_numpy(dtype=np.float64)).any():
+        return ""
+    reasons = rows["fixed"].astype(str)
+    reasons = reasons[reasons != ""]
+    return str(reasons.iloc[0]) if len(reasons) else ""
+
+
+def _per_example(frames: Mapping[str, pd.DataFrame], metrics: Sequence[HeadlineMetric]) -> tuple[pd.DataFrame, dict]:
+    """(per checkpoint, metric name, stack, example: mean value over layers and heads of the finite
+    rows; {(name, checkpoint): mask reason} of metrics fixed by the mask)."""
+    parts, fixed = [], {}
+    for ckpt, df in frames.items():
         for metric in metrics:
-            sub = headline_rows(df, metric, roles.get(metric))
+            sub = headline_rows(df, metric)
             if sub.empty:
                 continue
-            per = sub.groupby(["stack", "example"], sort=True)["value"].mean().reset_index()
-            per["checkpoint"], per["metric"] = name, metric
-            per["query_role"], per["key_role"] = sub["query_role"].iloc[0], sub["key_role"].iloc[0]
+            reason = _fixed_reason(sub)
+            if reason:
+                fixed[(metric.name, ckpt)] = (reason, sorted(set(sub["stack"])))
+                continue
+            sub = sub[np.isfinite(sub["value"].to_numpy(dtype=np.float64))]
+            per = sub.groupby(["stack", "example"], sort=True, observed=True)["value"].mean().reset_index()
+            per["checkpoint"], per["name"] = ckpt, metric.name
             parts.append(per)
-    cols = ["checkpoint", "metric", "stack", "example", "value", "query_role", "key_role"]
-    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+    cols = ["checkpoint", "name", "stack", "example", "value"]
+    return (pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)), fixed
 
 
 def headline_table(
     frames: Mapping[str, pd.DataFrame],
-    metrics: Sequence[str] = HEADLINE_METRICS,
+    metrics: Sequence[HeadlineMetric] = HEADLINE,
     *,
-    roles: Mapping[str, tuple[str | None, str | None]] | None = None,
     n_boot: int = 2000,
     n_perm: int = 10000,
     ci: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Metric x checkpoint table: mean over examples (each example's value averaged over layers and
-    heads, per stack) with bootstrap CI, and the paired difference vs the first checkpoint of
-    ``frames`` (diff, diff_lo, diff_hi, sign-flip p_value, BH q_value over the table's diff rows).
+    """Headline metric x checkpoint table: mean over examples (each example's value averaged over
+    layers and heads, per stack) with bootstrap CI (ci_lo, ci_hi), and the paired difference vs the
+    first checkpoint of ``frames`` (diff with its CI diff_lo/diff_hi, sign-flip p_value, BH q_value
+    over the table's diff rows).
 
-    ``roles`` maps a metric to the (query_role, key_role) rows to use (see :func:`headline_rows`).
+    A metric whose rows the mask fixes in a checkpoint (every row NaN with a ``fixed`` reason) gets
+    one row with NaN numbers and the reason in ``fixed``; measured rows have ``fixed == ""``.
     """
-    roles = dict(roles or {})
-    per = _per_example(frames, metrics, roles)
-    if per.empty:
-        return pd.DataFrame(columns=_HEADLINE_COLUMNS)
-    table = summarize(per, ["metric", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed)
-    used = per.drop_duplicates(["metric", "stack", "checkpoint"])[["metric", "stack", "checkpoint",
-                                                                     "query_role", "key_role"]]
-    table = table.merge(used, on=["metric", "stack", "checkpoint"], how="left")
+    per, fixed = _per_example(frames, metrics)
     names = list(frames)
+    table = summarize(per, ["name", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed) if len(per) else \
+        pd.DataFrame(columns=["name", "stack", "checkpoint", "mean", "ci_lo", "ci_hi", "n"])
+    table["fixed"] = ""
+    flagged = [{"name": m, "stack": stack, "checkpoint": c, "fixed": reason}
+               for (m, c), (reason, stacks) in fixed.items() for stack in stacks]
+    if flagged:
+        table = pd.concat([table, pd.DataFrame(flagged)], ignore_index=True)
+    if table.empty:
+        return pd.DataFrame(columns=_HEADLINE_COLUMNS)
     first = per[per["checkpoint"] == names[0]]
     diffs = []
     for name in names[1:]:
-        d = paired_differences(per[per["checkpoint"] == name], first, on=["metric", "stack", "example"])
-        s = paired_summary(d, ["metric", "stack"], n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed)
+        d = paired_differences(per[per["checkpoint"] == name], first, on=["name", "stack", "example"])
+        s = paired_summary(d, ["name", "stack"], n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed)
         s["checkpoint"] = name
-        diffs.append(s[["metric", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value"]]
+        diffs.append(s[["name", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value"]]
                      .rename(columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"}))
-    diff_cols = ["metric", "stack", "checkpoint", "diff", "diff_lo", "diff_hi", "p_value"]
-    diffs = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame(columns=diff_cols)
-    if not diffs.empty:
-        diffs["q_value"] = benjamini_hochberg(diffs["p_value"].to_numpy(dtype=np.float64), alpha)[1]
-    else:
-        diffs["q_value"] = pd.Series(dtype=np.float64)
-    table = table.merge(diffs, on=["metric", "stack", "checkpoint"], how="left")
-    order = {m: i for i, m in enumerate(metrics)}
+    diff_cols = ["name", "stack", "checkpoint", "diff", "diff_lo", "diff_hi", "p_value"]
+    diffs_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame(columns=diff_cols)
+    q: np.ndarray = (benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df)
+                     else np.empty(0))
+    diffs_df["q_value"] = pd.Series(q, index=diffs_df.index, dtype=np.float64)
+    table = table.merge(diffs_df, on=["name", "stack", "checkpoint"], how="left")
+    by_name = {m.name: m for m in metrics}
+    for col in ("metric", "query_role", "key_role", "label"):
+        table[col] = table["name"].map(lambda n, c=col: getattr(by_name[n], c))
+    order = {m.name: i for i, m in enumerate(metrics)}
     rank = {c: i for i, c in enumerate(names)}
-    table = table.assign(_m=table["metric"].map(order), _c=table["checkpoint"].map(rank))
+    table = table.assign(_m=table["name"].map(order), _c=table["checkpoint"].map(rank))
     table = table.sort_values(["_m", "stack", "_c"]).drop(columns=["_m", "_c"]).reset_index(drop=True)
+    table["n"] = table["n"].fillna(0).astype(np.int64)
     return table[_HEADLINE_COLUMNS]

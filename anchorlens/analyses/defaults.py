@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from anchorlens.capture.reducer import Reducer, make_reducer
 
-DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy")
+DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy", "decomposition")
 
 
 def default_reducers(anchor_role: str = "capsule") -> list[Reducer]:
-    """Fresh ``role_flow``, ``first_token`` and ``entropy`` reducers (entropy also of ``anchor_role``'s queries)."""
-    return [make_reducer("role_flow"), make_reducer("first_token"), make_reducer("entropy", anchor_role=anchor_role)]
+    """Fresh ``role_flow``, ``first_token``, ``entropy`` (also of ``anchor_role``'s queries) and ``decomposition`` reducers."""
+    return [make_reducer("role_flow"), make_reducer("first_token"), make_reducer("entropy", anchor_role=anchor_role),
+            make_reducer("decomposition")]

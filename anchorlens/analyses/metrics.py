@@ -9,14 +9,35 @@ counts (every query counts once; not a mean of per-role means):
 
 Query roles of S without queries in an example drop out of that example's sums; an example with
 no query of S gives no row.
+
+``structural_attention`` includes the attention sink when the sink is a structural token (it is
+on most chat/instruction templates); the sink-aware split is the ``decomposition`` reducer's
+metric (``analyses.decomposition``), which the headline uses.
+
+Metrics fixed by the mask: :func:`mark_fixed` finds, from the ``visible_share``/``visible_keys``
+rows, cells whose value the attention mask decides (queries that can see no key of R: value 0;
+only keys of R: value 1; a single key: entropy 0) while keys of R exist in the example, and sets
+their value to NaN and the ``fixed`` column to the reason; every other row has ``fixed == ""``.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import ALL, SITE_KEYS, concat_frames, conform, empty_frame, role_label, roles_label
+from anchorlens.analyses.frames import (
+    ALL,
+    GUIDANCE,
+    INPUT,
+    NO_ROLE,
+    SITE_KEYS,
+    concat_frames,
+    conform,
+    empty_frame,
+    role_label,
+    roles_label,
+)
 from anchorlens.capture.reducer import Reducer
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, Role
 
@@ -98,7 +119,10 @@ def anchor_mass(
 
 
 def structural_attention(df: pd.DataFrame, query_roles: Sequence[RoleLike] | None = None) -> pd.DataFrame:
-    """``structural_attention``: F[s, structural] per query role (None) or pooled over ``query_roles``."""
+    """``structural_attention``: F[s, structural] per query role (None) or pooled over ``query_roles``.
+
+    This includes the sink when the first input token is structural; ``decomposition`` splits it off.
+    """
     return flow_mass(df, [Role.STRUCTURAL], query_roles, metric="structural_attention")
 
 
@@ -125,19 +149,119 @@ def anchor_structural(
     return flow_mass(df, key_roles, [anchor], metric="anchor_structural")
 
 
+def pooled_entropy(df: pd.DataFrame) -> pd.DataFrame:
+    """``entropy`` pooled over input queries (query_role ``input``: the headline entropy) and over
+    guidance queries (``guidance``), weighted by query counts, from the per-role ``entropy`` rows;
+    input roles whose queries see a single key (entropy 0 by definition) are left out."""
+    rows = df[(df["metric"] == "entropy") & (df["head"] >= 0)]
+    if rows.empty:
+        return empty_frame()
+    _need_count(rows)
+    # a query role whose queries each see a single key (BOS at position 0 under a causal mask) has
+    # entropy 0 by definition; pooling it would move the pooled entropy whenever a token is inserted
+    # before it, so such roles are left out (needs the decomposition reducer's visible_keys rows)
+    inputs = rows
+    keys = df[df["metric"] == "visible_keys"]
+    if len(keys):
+        site = ["example", "stack", "layer", "query_role"]
+        single = keys[keys["value"] <= 1][site].assign(_single=True)
+        inputs = rows.merge(single, on=site, how="left")
+        inputs = inputs[inputs["_single"].isna()].drop(columns="_single")
+    parts = []
+    for roles, source in ((INPUT_ROLES, inputs), (GUIDANCE_ROLES, rows)):  # guidance: flagged by mark_fixed instead
+        labels = _labels(roles)
+        parts.append(_pool_queries(source[source["query_role"].isin(labels)], "entropy", roles_label(labels), NO_ROLE))
+    return concat_frames(parts)
+
+
+_ABSORBING = (GUIDANCE,) + tuple(r.label for r in GUIDANCE_ROLES)
+
+
+def guidance_absorption(df: pd.DataFrame) -> pd.DataFrame:
+    """``guidance_absorption``: mass input queries give guidance keys divided by the guidance
+    keys' share of the positions they can see (> 1: the guidance attracts more than its share).
+
+    value = decomposition[input, K] / visible_share[input, K] for K = ``guidance`` and each guidance
+    role; rows only where keys of K exist in the example. Share 0 (keys hidden by the mask) gives
+    NaN, flagged by :func:`mark_fixed`.
+    """
+    mass = df[(df["metric"] == "decomposition") & (df["query_role"] == INPUT) & df["key_role"].isin(_ABSORBING)]
+    share = df[(df["metric"] == "visible_share") & (df["query_role"] == INPUT) & df["key_role"].isin(_ABSORBING)]
+    if mass.empty or share.empty:
+        return empty_frame()
+    on = ["example", "stack", "layer", "key_role"]
+    out = mass.merge(share[on + ["value"]].rename(columns={"value": "_share"}), on=on, how="inner")
+    out = out.merge(_present_keys(df), on=on, how="inner")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["value"] = np.where(out["_share"] > 0, out["value"] / out["_share"], np.nan)
+    out["metric"] = "guidance_absorption"
+    return conform(out.drop(columns=["_share"]))
+
+
+def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """(example, stack, layer, key_role) of keys some query of the example can see."""
+    vis = df[(df["metric"] == "visible_share") & (df["value"] > 0)]
+    return vis[["example", "stack", "layer", "key_role"]].drop_duplicates()
+
+
+# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
+# role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
+_FLOW_METRICS = ("anchor_mass", "anchor_structural", "island_score", "structural_attention", "special_attention",
+                 "decomposition", "guidance_absorption")
+MASK_REASON = "fixed by the causal mask"
+
+
+def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
+    """Set value NaN and ``fixed`` to the reason on rows the attention mask decides (module docstring).
+
+    Needs the ``visible_share``/``visible_keys`` rows of the ``decomposition`` reducer; without them
+    every row is kept as measured (``fixed == ""``).
+    """
+    df = df.assign(fixed="") if "fixed" not in df.columns else df.copy()
+    vis = df[df["metric"] == "visible_share"]
+    if vis.empty:
+        return df
+    site = ["example", "stack", "layer"]
+    present = _present_keys(df).assign(_present=True)
+    other = vis[vis["value"] < 1][site + ["key_role"]].drop_duplicates().assign(_other=True)
+    share = vis[site + ["query_role", "key_role", "value"]].rename(columns={"value": "_share"})
+    flow = df["metric"].isin(_FLOW_METRICS)
+    cand = df.loc[flow, site + ["query_role", "key_role"]].reset_index()
+    cand = cand.merge(share, on=site + ["query_role", "key_role"], how="inner")
+    cand = cand.merge(present, on=site + ["key_role"], how="left").merge(other, on=site + ["key_role"], how="left")
+    zero = (cand["_share"] == 0) & cand["_present"].eq(True)
+    one = (cand["_share"] == 1) & cand["_other"].eq(True)
+    reasons = np.where(zero, MASK_REASON + ": {q} queries see no {k} key", MASK_REASON + ": {q} queries see only {k} keys")
+    hit = cand[zero | one].assign(_why=reasons[(zero | one).to_numpy()])
+    keys_seen = df[df["metric"] == "visible_keys"][site + ["query_role", "value"]].rename(columns={"value": "_keys"})
+    ent = df.loc[df["metric"] == "entropy", site + ["query_role", "key_role"]].reset_index()
+    ent = ent.merge(keys_seen[keys_seen["_keys"] <= 1], on=site + ["query_role"], how="inner")
+    ent = ent.assign(_why=MASK_REASON + ": {q} queries see a single key")
+    hits = pd.concat([hit[["index", "query_role", "key_role", "_why"]], ent[["index", "query_role", "key_role", "_why"]]])
+    if len(hits):
+        why = [w.format(q=q, k=k) for w, q, k in zip(hits["_why"], hits["query_role"], hits["key_role"])]
+        idx = hits["index"].to_numpy()
+        df.loc[idx, "value"] = np.nan
+        df.loc[idx, "fixed"] = why
+    return df
+
+
 def derived_metrics(df: pd.DataFrame, anchors: Sequence[RoleLike] = ("capsule",)) -> pd.DataFrame:
     """All derived metrics of a reducer frame: anchor_mass and anchor_structural per anchor,
-    structural_attention and special_attention per query role, island_score.
+    structural_attention and special_attention per query role, island_score, entropy pooled over
+    input and over guidance queries, guidance_absorption.
 
     An anchor may be ``"first_token"`` (anchor_mass only). Metrics whose inputs are absent give no rows.
     """
+    absorption = guidance_absorption(df)
+    entropy = pooled_entropy(df)
     df = df[df["metric"].isin(["role_flow", "first_token_mass"])]
     parts = []
     for anchor in anchors:
         parts.append(anchor_mass(df, anchor))
         if not (isinstance(anchor, str) and anchor == FIRST_TOKEN):
             parts.append(anchor_structural(df, anchor))
-    parts += [structural_attention(df), special_attention(df), island_score(df)]
+    parts += [structural_attention(df), special_attention(df), island_score(df), entropy, absorption]
     return concat_frames(parts)
 
 
@@ -147,12 +271,13 @@ def metrics_frame(
     anchors: Sequence[RoleLike] = ("capsule",),
     derived: bool = True,
 ) -> pd.DataFrame:
-    """Concatenate reducer frames (or ready frames) and append :func:`derived_metrics` rows."""
-    items = reducers.values() if isinstance(reducers, Mapping) else reducers
+    """Concatenate reducer frames (or ready frames), append :func:`derived_metrics` rows and flag the
+    rows the mask fixes (:func:`mark_fixed`: value NaN, reason in the ``fixed`` column)."""
+    items: Iterable[Reducer | pd.DataFrame] = reducers.values() if isinstance(reducers, Mapping) else reducers
     base = concat_frames(item if isinstance(item, pd.DataFrame) else item.frame() for item in items)
     if not derived or base.empty:
         return base
-    return concat_frames([base, derived_metrics(base, anchors)])
+    return mark_fixed(concat_frames([base, derived_metrics(base, anchors)]))
 
 
 __all__ = [
@@ -160,8 +285,12 @@ __all__ = [
     "anchor_mass",
     "anchor_structural",
     "derived_metrics",
+    "MASK_REASON",
     "flow_mass",
+    "guidance_absorption",
     "island_score",
+    "mark_fixed",
+    "pooled_entropy",
     "metrics_frame",
     "special_attention",
     "structural_attention",

@@ -8,7 +8,8 @@ dropped before anything is computed.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+import functools
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,31 +19,61 @@ from anchorlens.analyses.frames import ROW_KEYS
 _CHUNK = 1 << 22  # elements per temporary block
 
 
-def _resample_counts(n: int, n_boot: int, seed: int) -> Iterator[np.ndarray]:
-    """Blocks [c, n] float64 of bootstrap multiplicities (rows sum to n), n_boot rows in all."""
-    rng = np.random.default_rng([seed, n])
+_CACHE_LIMIT = 1 << 25  # resample / sign matrices up to this many elements (256 MiB) are built once and reused
+
+
+@functools.lru_cache(maxsize=2)
+def _cached(kind: str, n: int, draws: int, seed: int) -> np.ndarray:
+    """One whole [draws, n] matrix of ``_blocks(kind, ...)``, kept for reuse (read-only)."""
+    out = np.concatenate(list(_blocks(kind, n, draws, seed)))
+    out.setflags(write=False)
+    return out
+
+
+def _blocks(kind: str, n: int, draws: int, seed: int) -> Iterator[np.ndarray]:
+    """Blocks [c, n] float64: bootstrap multiplicities (``"boot"``, rows sum to n) or random +-1
+    signs (``"sign"``), ``draws`` rows in all, a function of (seed, n) only."""
+    rng = np.random.default_rng([seed, n] if kind == "boot" else [seed, n, 1])
     step = max(1, _CHUNK // max(n, 1))
-    for start in range(0, n_boot, step):
-        c = min(step, n_boot - start)
-        idx = rng.integers(0, n, size=(c, n)) + (np.arange(c) * n)[:, None]
-        yield np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+    for start in range(0, draws, step):
+        c = min(step, draws - start)
+        if kind == "boot":
+            idx = rng.integers(0, n, size=(c, n)) + (np.arange(c) * n)[:, None]
+            yield np.bincount(idx.ravel(), minlength=c * n).reshape(c, n).astype(np.float64)
+        else:
+            yield rng.integers(0, 2, size=(c, n)) * 2.0 - 1.0
+
+
+def _matrices(kind: str, n: int, draws: int, seed: int) -> Iterator[np.ndarray]:
+    """The draws of ``_blocks``: one cached matrix when small enough (reused across every cell and
+    call), else streamed in blocks so memory stays bounded."""
+    if n * draws <= _CACHE_LIMIT:
+        yield _cached(kind, n, draws, seed)
+    else:
+        yield from _blocks(kind, n, draws, seed)
 
 
 def _bootstrap_rows(values: np.ndarray, n_boot: int, ci: float, seed: int) -> tuple[np.ndarray, ...]:
-    """Percentile bootstrap of the mean of each row of values [G, n] -> (mean, lo, hi), each [G]."""
+    """Percentile bootstrap of the mean of each row of values [G, n] -> (mean, lo, hi), each [G].
+
+    One resample matrix (multiplicities [n_boot, n]) serves every row: bootstrap means =
+    values @ counts.T / n, rows in chunks so the [rows, n_boot] block stays small.
+    """
     g, n = values.shape
     mean = values.mean(1)
     lo, hi = np.empty(g), np.empty(g)
     alpha = (1.0 - ci) / 2.0
     rows = max(1, _CHUNK // max(n_boot, 1))
+    boots = np.empty((min(g, rows), n_boot))
     for start in range(0, g, rows):
         block = values[start:start + rows]
-        boots = np.empty((len(block), n_boot))
+        out = boots[:len(block)]
         col = 0
-        for counts in _resample_counts(n, n_boot, seed):
-            boots[:, col:col + len(counts)] = block @ counts.T / n
+        for counts in _matrices("boot", n, n_boot, seed):
+            np.matmul(block, counts.T, out=out[:, col:col + len(counts)])
             col += len(counts)
-        lo[start:start + rows], hi[start:start + rows] = np.quantile(boots, [alpha, 1.0 - alpha], axis=1)
+        out /= n
+        lo[start:start + rows], hi[start:start + rows] = np.quantile(out, [alpha, 1.0 - alpha], axis=1)
     const = np.ptp(values, axis=1) == 0
     mean[const] = lo[const] = hi[const] = values[const, 0]
     return mean, lo, hi
@@ -54,35 +85,35 @@ def _sign_patterns(n: int, n_perm: int, seed: int) -> tuple[Iterator[np.ndarray]
 
     def blocks() -> Iterator[np.ndarray]:
         step = max(1, _CHUNK // max(n, 1))
-        if exact:
-            total, bits = 2 ** n, np.arange(n)
-            for start in range(0, total, step):
-                codes = np.arange(start, min(total, start + step))[:, None]
-                yield ((codes >> bits) & 1) * 2.0 - 1.0
-            return
-        rng = np.random.default_rng([seed, n, 1])
-        for start in range(0, n_perm, step):
-            yield rng.integers(0, 2, size=(min(step, n_perm - start), n)) * 2.0 - 1.0
+        total, bits = 2 ** n, np.arange(n)
+        for start in range(0, total, step):
+            codes = np.arange(start, min(total, start + step))[:, None]
+            yield ((codes >> bits) & 1) * 2.0 - 1.0
 
-    return blocks(), exact
+    return (blocks() if exact else _matrices("sign", n, n_perm, seed)), exact
 
 
 def _sign_flip_rows(diffs: np.ndarray, n_perm: int, seed: int) -> np.ndarray:
     """Two-sided sign-flip p-value of mean(diff) = 0 for each row of diffs [G, n] -> [G].
 
     Statistic |mean|; exact enumeration when 2**n <= n_perm (p = #{|T*| >= |T|} / 2**n), else
-    Monte Carlo with p = (1 + #{|T*| >= |T|}) / (1 + n_perm). Ties count as extreme.
+    Monte Carlo with p = (1 + #{|T*| >= |T|}) / (1 + n_perm). Ties count as extreme. One sign
+    matrix serves every row (rows in chunks).
     """
     g, n = diffs.shape
     observed = np.abs(diffs.mean(1))
-    tol = 1e-12 * np.maximum(1.0, np.abs(diffs).max(1))
+    tol = 1e-12 * np.maximum(1.0, np.abs(diffs).max(1, initial=0.0))
     extreme = np.zeros(g)
-    total = 0
-    blocks, exact = _sign_patterns(n, n_perm, seed)
-    for signs in blocks:
-        stats = np.abs(diffs @ signs.T) / n  # [G, c]
-        extreme += (stats >= (observed - tol)[:, None]).sum(1)
-        total += len(signs)
+    rows = max(1, _CHUNK // max(n_perm, 1))
+    total, exact = 0, False
+    for start in range(0, g, rows):
+        block, threshold = diffs[start:start + rows], (observed - tol)[start:start + rows, None]
+        blocks, exact = _sign_patterns(n, n_perm, seed)
+        total = 0
+        for signs in blocks:
+            stats = np.abs(block @ signs.T) / n  # [rows, c]
+            extreme[start:start + rows] += (stats >= threshold).sum(1)
+            total += len(signs)
     return extreme / total if exact else (extreme + 1.0) / (total + 1.0)
 
 
@@ -206,9 +237,29 @@ def paired_summary(
     return out
 
 
+def paired_array_stats(diff: np.ndarray, n_boot: int, n_perm: int, ci: float, seed: int) -> tuple[np.ndarray, ...]:
+    """(n, mean, lo, hi, p) per row of diff [c, E] over its finite entries (example order kept): the
+    bootstrap CI and sign-flip p-value of the mean; rows with equal counts share one resample matrix."""
+    ok = np.isfinite(diff)
+    n = ok.sum(1)
+    mean, lo, hi, p = (np.full(len(diff), np.nan) for _ in range(4))
+    for k in np.unique(n[n > 0]):
+        rows = np.nonzero(n == k)[0]
+        sub = diff[rows]
+        if k < diff.shape[1]:  # compact the finite entries, keeping example order
+            order = np.argsort(~np.isfinite(sub), axis=1, kind="stable")[:, :k]
+            sub = np.take_along_axis(sub, order, axis=1)
+        mean[rows], lo[rows], hi[rows] = _bootstrap_rows(sub, n_boot, ci, seed)
+        p[rows] = _sign_flip_rows(sub, n_perm, seed)
+    return n, mean, lo, hi, p
+
+
 def benjamini_hochberg(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
     """(rejected [m] bool, adjusted [m] float): BH step-up FDR control; NaN p-values are skipped
     (adjusted NaN, not rejected) and do not count in m."""
+    # scipy.stats.false_discovery_control / statsmodels' multipletests(method="fdr_bh") compute the
+    # same adjusted p-values, but neither is a dependency of anchorlens (and both refuse NaNs), so
+    # the few lines of the step-up stay here; tests check them against hand-computed values.
     p = np.asarray(pvalues, dtype=np.float64).ravel()
     adjusted = np.full(p.shape, np.nan)
     ok = np.nonzero(np.isfinite(p))[0]

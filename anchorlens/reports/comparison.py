@@ -13,40 +13,43 @@ from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_
                                 role_flow_heatmaps, save_figure)
 from anchorlens.errors import UsageError
 from anchorlens.reports.html import render_report
+from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
 from anchorlens.atomic import write_json
+from anchorlens.reports.tables import fixed_notes, headline_grid, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
-from anchorlens.reports.tables import headline_grid, to_markdown
-from anchorlens.workflows.compare import HEADLINE_ROLES, Comparison
+from anchorlens.workflows.compare import Comparison
 
-CURVE_METRICS = ("anchor_mass", "structural_attention", "entropy")
+CURVES = (SINK_MASS, GUIDANCE_MASS, STRUCTURAL_MASS, INPUT_ENTROPY)
+DECOMPOSITION_NOTE = ("Input queries' attention (special + structural + content; guidance queries excluded) is split "
+                      "into the sink (the first input token), guidance, structural, content and special keys, the "
+                      "sink excluded from the others, summing to 1 per query. Guidance absorption = input → guidance "
+                      "mass / the guidance share of visible positions (> 1: more than its share). Values the causal "
+                      "mask fixes are n/a, not findings.")
 
 
 def _curve_rows(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Head-averaged rows of the headline role pair of each curve metric."""
-    parts = []
-    for metric in CURVE_METRICS:
-        q, k = HEADLINE_ROLES[metric]
-        sel = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]
-        parts.append(sel)
+    """Head-averaged rows of each curve's headline metric, the metric column set to its label."""
+    parts = [m.rows(metrics).assign(metric=m.label) for m in CURVES]
     return average_heads(pd.concat(parts, ignore_index=True))  # checkpoint stays a grouping column
 
 
 def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     """(file stem, caption, figure) for every figure of a comparison."""
     base, others = result.checkpoints[0], result.checkpoints[1:]
-    q, k = HEADLINE_ROLES["anchor_mass"]
+    m = SINK_MASS
     out = [
         ("attention_maps", f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
          "guidance outlined, structural tokens dashed", attention_map_figure(result.maps, layer="mean", head="mean")),
-        ("layer_curves", "Per-layer means with 95% CI over examples", layer_curves(_curve_rows(result.metrics), list(CURVE_METRICS))),
+        ("layer_curves", "Per-layer means with 95% bootstrap CI over examples",
+         layer_curves(_curve_rows(result.metrics), [c.label for c in CURVES])),
     ]
     for name in result.checkpoints:
-        out.append((f"heads_anchor_mass_{_safe(name)}", f"Attention to position 0 by layer and head: {name}",
-                    head_grid(result.metrics, "anchor_mass", name, query_role=q, key_role=k)))
+        out.append((f"heads_sink_{_safe(name)}", f"Attention of input queries to the sink by layer and head: {name}",
+                    head_grid(result.metrics, m.metric, name, query_role=m.query_role, key_role=m.key_role)))
     for name in others:
         paired = result.paired[result.paired["head"] >= 0]
-        out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to position 0, {name} − {base} (* q<0.05)",
-                    head_diff_grid(paired, "anchor_mass", checkpoint=name, query_role=q, key_role=k)))
+        out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
+                    head_diff_grid(paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role)))
     flow = average_heads(result.metrics[result.metrics.metric == "role_flow"])
     flow = flow[flow.query_role != "all"]
     out.append(("role_flow", "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
@@ -83,9 +86,11 @@ def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool
         md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "
               f"{result.facts['source']}, base {result.facts['base']}.", "",
               "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
-              f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.", "", to_markdown(grid), ""]
+              f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.", "", DECOMPOSITION_NOTE, "",
+              to_markdown(grid), "", *(f"- {n}" for n in fixed_notes(result.headline)), ""]
         (tmp / "summary.md").write_text("\n".join(md))
-        (tmp / "report.html").write_text(render_report(title, facts, grid, rendered))
+        (tmp / "report.html").write_text(render_report(title, facts, grid, rendered,
+                                                       [DECOMPOSITION_NOTE, *fixed_notes(result.headline)]))
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
         write_manifest(tmp, "compare", **facts, data_digest=examples_digest(result.inputs.examples))
     return claim.path

@@ -22,7 +22,8 @@ def write_sweep(table: pd.DataFrame, out: str | Path | OutClaim, *, kind: str, x
     with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
         table.to_csv(tmp / "sweep.csv", index=False)
         (tmp / "figures").mkdir()
-        save_figure(sweep_curve(table, x, "accuracy", by=by, title=f"{kind} sweep: accuracy (95% CI)"), tmp / "figures" / "accuracy")
+        save_figure(sweep_curve(table, x, "accuracy", lo="ci_lo", hi="ci_hi", by=by,
+                                title=f"{kind} sweep: accuracy (95% bootstrap CI)"), tmp / "figures" / "accuracy")
         for metric in extra_metrics:
             if metric in table.columns and table[metric].notna().any():
                 fig = sweep_curve(table.dropna(subset=[metric]), x, metric, lo=None, hi=None, by=by, title=f"{kind} sweep: {metric}")

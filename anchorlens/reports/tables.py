@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import pandas as pd
 
+FIXED_CELL = "n/a (fixed by the causal mask)"
+
 
 def _cell(row: pd.Series, baseline: bool) -> str:
+    if str(row.get("fixed", "") or "") not in ("", "nan"):
+        return FIXED_CELL
     text = f"{row['mean']:.3f} [{row['ci_lo']:.3f}, {row['ci_hi']:.3f}]"
     if not baseline and pd.notna(row.get("diff")):
         text += f"; Δ {row['diff']:+.3f} [{row['diff_lo']:+.3f}, {row['diff_hi']:+.3f}] q={row['q_value']:.3g}"
@@ -12,13 +16,26 @@ def _cell(row: pd.Series, baseline: bool) -> str:
 
 
 def headline_grid(headline: pd.DataFrame, checkpoints: list[str]) -> pd.DataFrame:
-    """Metric x checkpoint grid of formatted cells (mean [95% CI]; paired Δ vs the first checkpoint)."""
-    rows = {}
+    """Metric x checkpoint grid of formatted cells (mean [95% CI]; paired Δ vs the first checkpoint).
+
+    Rows are the headline metrics' labels; a value the mask fixes reads ``n/a (fixed by the causal
+    mask)`` (the reasons: :func:`fixed_notes`); a metric a checkpoint lacks reads ``n/a``.
+    """
+    rows: dict[str, dict[str, str]] = {}
     for _, row in headline.iterrows():
-        label = f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"
+        label = f"{row['label']} ({row['stack']})" if "label" in row else \
+            f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"
         rows.setdefault(label, {})[row["checkpoint"]] = _cell(row, row["checkpoint"] == checkpoints[0])
     grid = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=checkpoints)
     return grid.fillna("n/a")
+
+
+def fixed_notes(headline: pd.DataFrame) -> list[str]:
+    """One line per headline value the mask fixes: which metric, which checkpoint, and why."""
+    if "fixed" not in headline.columns:
+        return []
+    rows = headline[headline["fixed"].fillna("").astype(str) != ""]
+    return [f"{r['label']} of {r['checkpoint']}: n/a, {r['fixed']} (not a finding)" for _, r in rows.iterrows()]
 
 
 def to_markdown(grid: pd.DataFrame, index_name: str = "metric") -> str:

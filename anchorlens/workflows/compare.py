@@ -1,33 +1,26 @@
 """Compare checkpoints on the same examples: metrics, paired differences, headline table, maps."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
-from anchorlens.analyses import average_heads, compare_frames, headline_table, structural_attention
-from anchorlens.analyses.frames import GUIDANCE, INPUT, concat_frames
+from anchorlens.analyses import average_heads, compare_frames, headline_table
+from anchorlens.analyses.frames import concat_frames
+from anchorlens.analyses.headline import HEADLINE, anchor_metrics
 from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
-from anchorlens.roles.kinds import INPUT_ROLES
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.statistics import capture_statistics
 
-# Which (query_role, key_role) rows give each headline number: input queries, position-0 anchor.
-HEADLINE_ROLES = {
-    "anchor_mass": (INPUT, "first_token"),
-    "structural_attention": (INPUT, "structural"),
-    "entropy": ("all", ""),
-    "island_score": (GUIDANCE, GUIDANCE),
-}
-HEADLINE = tuple(HEADLINE_ROLES)
-PAIRED_METRICS = ("anchor_mass", "structural_attention", "entropy", "island_score", "anchor_structural")
+# metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
+PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
 
 
 @dataclass
@@ -64,11 +57,6 @@ def checkpoint_names(specs: Sequence[str]) -> list[str]:
     return out
 
 
-def _with_input_pooling(df: pd.DataFrame) -> pd.DataFrame:
-    """Add structural attention pooled over input queries (special, structural, content)."""
-    return concat_frames([df, structural_attention(df, query_roles=INPUT_ROLES)])
-
-
 def compare(
     ckpts: Sequence[str],
     *,
@@ -97,7 +85,7 @@ def compare(
     frames, maps, params = {}, {}, {}
     for name, model in models.items():
         bar = _progress(progress, len(inputs.examples), name)
-        df = _with_input_pooling(capture_statistics(model, inputs, selection=selection, batch_size=batch_size, progress=bar))
+        df = capture_statistics(model, inputs, selection=selection, batch_size=batch_size, progress=bar)
         if bar is not None:
             bar.close()
         frames[name] = df
@@ -107,7 +95,8 @@ def compare(
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
     names = list(models)
     metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
-    headline = headline_table(frames, HEADLINE, roles=HEADLINE_ROLES, n_boot=n_boot)
+    anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
+    headline = headline_table(frames, HEADLINE + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
     paired = _paired(frames, names[0], n_boot)
     facts = {
         "base": base,

@@ -3,30 +3,32 @@ from __future__ import annotations
 
 import pandas as pd
 
-from anchorlens.analyses.frames import ALL, INPUT
+from anchorlens.analyses.headline import CONTENT_MASS, GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
+
+# (column, headline metric) of the per-layer table, in order
+DEMO_COLUMNS = (("sink", SINK_MASS), ("guidance", GUIDANCE_MASS), ("structural", STRUCTURAL_MASS),
+                ("content", CONTENT_MASS), ("entropy", INPUT_ENTROPY))
 
 
 def per_layer_table(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Layer x {first_token_mass, structural_attention, entropy}: means over examples and heads.
+    """Layer x {sink, guidance, structural, content, entropy}: means over examples and heads.
 
-    first-token mass and structural attention are pooled over input queries (special, structural,
-    content) weighted by their counts; entropy is the mean normalized entropy of all queries.
+    The first four are the sink-aware decomposition of input queries' attention (structural and
+    content exclude the sink); entropy is the normalized entropy of input queries.
     """
-    first = metrics[(metrics.metric == "anchor_mass") & (metrics.key_role == "first_token") & (metrics.query_role == INPUT)]
-    structural = metrics[(metrics.metric == "structural_attention") & (metrics.query_role == ALL)]
-    entropy = metrics[(metrics.metric == "entropy") & (metrics.query_role == ALL)]
-    cols = {"first_token_mass": first, "structural_attention": structural, "entropy": entropy}
-    table = pd.DataFrame({name: rows.groupby("layer")["value"].mean() for name, rows in cols.items()})
+    table = pd.DataFrame({col: m.rows(metrics).groupby("layer")["value"].mean() for col, m in DEMO_COLUMNS})
     table.index.name = "layer"
     return table
 
 
 def format_table(table: pd.DataFrame, title: str) -> str:
-    """Fixed-width text rendering of the per-layer table with a bar for first-token mass."""
-    lines = [title, f"{'layer':>5}  {'->first':>8}  {'->struct':>8}  {'entropy':>8}  first-token mass"]
+    """Fixed-width text rendering of the per-layer table with a bar for the sink mass."""
+    head = "  ".join(f"{c:>10}" for c, _ in DEMO_COLUMNS)
+    lines = [title, "input queries: sink = first input token; structural/content exclude the sink",
+             f"{'layer':>5}  {head}  sink mass"]
     for layer, row in table.iterrows():
-        bar = "#" * int(round(row.first_token_mass * 40))
-        lines.append(f"{layer:>5}  {row.first_token_mass:8.3f}  {row.structural_attention:8.3f}  {row.entropy:8.3f}  {bar}")
+        bar = "#" * int(round(row["sink"] * 40))
+        lines.append(f"{layer:>5}  " + "  ".join(f"{row[c]:10.3f}" for c, _ in DEMO_COLUMNS) + f"  {bar}")
     mean = table.mean()
-    lines.append(f"{'mean':>5}  {mean.first_token_mass:8.3f}  {mean.structural_attention:8.3f}  {mean.entropy:8.3f}")
+    lines.append(f"{'mean':>5}  " + "  ".join(f"{mean[c]:10.3f}" for c, _ in DEMO_COLUMNS))
     return "\n".join(lines)

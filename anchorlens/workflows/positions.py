@@ -1,14 +1,14 @@
 """Sweep where the capsule / instance token sits (first, after_structural, middle, last, index)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
-from anchorlens.analyses import anchor_mass, anchor_structural
-from anchorlens.analyses.frames import INPUT, concat_frames
+from anchorlens.analyses.headline import anchor_metrics
+from anchorlens.analyses.stats import summarize
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
@@ -81,9 +81,9 @@ def sweep_positions(
     frames = []
     for position in positions:
         _move(model, position)
+        # the anchor's derived rows come from capture_statistics itself (adding them again duplicated them)
         df = capture_statistics(model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor))
-        extra = concat_frames([anchor_mass(df, anchor), anchor_structural(df, anchor)])
-        frames.append(concat_frames([df, extra]).assign(position=position, checkpoint=spec))
+        frames.append(df.assign(position=position, checkpoint=spec))
     metrics = pd.concat(frames, ignore_index=True)
     summary = position_summary(metrics, anchor)
     facts = {"spec": spec, "base": base, "task": inputs.task.name, "source": inputs.source, "examples": len(inputs.examples),
@@ -92,14 +92,21 @@ def sweep_positions(
 
 
 def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
-    """Per position: mean (over examples; each averaged over layers and heads) of anchor mass and anchor→structural."""
-    from anchorlens.analyses.stats import summarize
-
-    want = [("anchor_mass", INPUT, anchor), ("anchor_structural", anchor, "structural")]
+    """Per position and anchor headline metric (:func:`anchor_metrics`): mean over examples (each
+    averaged over layers and heads) with bootstrap CI; a position where the mask fixes the metric
+    gets NaN numbers and the reason in ``fixed``."""
     parts = []
-    for metric, q, k in want:
-        rows = metrics[(metrics.metric == metric) & (metrics.query_role == q) & (metrics.key_role == k)]
-        per_example = rows.groupby(["position", "example"], sort=False)["value"].mean().reset_index()
-        s = summarize(per_example, by=["position"])
-        parts.append(s.assign(metric=metric, query_role=q, key_role=k))
-    return pd.concat(parts, ignore_index=True)
+    for m in anchor_metrics(anchor):
+        rows = m.rows(metrics)
+        for position, sub in rows.groupby("position", sort=False):
+            finite = sub[sub["value"].notna()]
+            if finite.empty:
+                reasons = sub["fixed"] if "fixed" in sub.columns else pd.Series([""])
+                s = pd.DataFrame({"position": [position], "mean": [float("nan")], "ci_lo": [float("nan")],
+                                  "ci_hi": [float("nan")], "n": [0], "fixed": [str(reasons.iloc[0])]})
+            else:
+                per_example = finite.groupby(["position", "example"], sort=False)["value"].mean().reset_index()
+                s = summarize(per_example, by=["position"]).assign(fixed="")
+            parts.append(s.assign(metric=m.metric, query_role=m.query_role, key_role=m.key_role, label=m.label))
+    cols = ["position", "metric", "query_role", "key_role", "label", "mean", "ci_lo", "ci_hi", "n", "fixed"]
+    return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pandas as pd
 
+from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
@@ -35,7 +36,7 @@ def _shared_base(base: Base | str | None, spec: str) -> Base | str | None:
 
 
 def sweep_instance(
-    spec: str = "base",
+    spec: str,
     task: str = "rte",
     data: str | Path | None = None,
     k: Sequence[int] = (0, 1, 2, 4),
@@ -49,7 +50,11 @@ def sweep_instance(
 ) -> pd.DataFrame:
     """Accuracy (with 95% CI) per (k, position) of ``spec + instance:k=K,pos=P``; k=0 is ``spec`` alone.
 
+    ``spec`` is naturally a prompt-tuned checkpoint: the paper's Finding II adds training-free
+    instance tokens to a prompt-tuned model (``"base"`` measures them on the bare base instead).
     ``anchors`` adds the instance token's anchor metrics (see :func:`instance_anchor_summary`).
+    Columns: k, position, spec, accuracy, ci_lo, ci_hi (the seeded percentile bootstrap of
+    :func:`anchorlens.analyses.stats.bootstrap_ci` over examples), n[, anchor metrics].
 
     Note: decoder models are scored at the last input token, so instance tokens inserted at
     ``last`` (after it) cannot influence the score of a causal model.
@@ -65,31 +70,41 @@ def sweep_instance(
                 model = load_guided(full, shared)
                 preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length)
                 cache[full] = task_metrics(preds, inputs.task)
+                labelled = preds[preds["label"].notna()] if "label" in preds else preds.iloc[:0]
+                cache[full]["ci"] = bootstrap_ci(labelled["correct"].astype(float).to_numpy())[1:]
                 if anchors:
                     cache[full].update(instance_anchor_summary(model, inputs, batch_size))
             m = cache[full]
             rows.append({"k": int(count), "position": pos, "spec": full, "accuracy": m["accuracy"],
-                         "ci_low": m["accuracy_ci95"][0], "ci_high": m["accuracy_ci95"][1], "n": m["n"],
-                         **{key: m.get(key, float("nan")) for key in (_ANCHOR_KEYS if anchors else ())}})
+                         "ci_lo": m["ci"][0], "ci_hi": m["ci"][1], "n": m["n"],
+                         **{key: m.get(key, float("nan")) for key in (_ANCHOR_KEYS if anchors else ())},
+                         **({"fixed": m.get("fixed", "")} if anchors else {})})
     return pd.DataFrame(rows)
 
 
-_ANCHOR_KEYS = ("anchor_mass", "anchor_structural", "first_token_mass")
+_ANCHOR_KEYS = ("anchor_mass", "anchor_structural", "sink_mass")
 
 
-def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, float]:
+def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, Any]:
     """Mean over examples, layers and heads of: attention input queries pay to the instance token(s)
     (``anchor_mass``), the instance tokens' own attention to structural tokens (``anchor_structural``),
-    and attention input queries pay to position 0 (``first_token_mass``)."""
-    from anchorlens.analyses import anchor_mass, anchor_structural
-    from anchorlens.analyses.frames import INPUT
+    and the attention input queries pay to the sink (``sink_mass``, the first input token). A value
+    the causal mask fixes (e.g. the instance token's attention at ``first``) is NaN and its reason
+    is in ``fixed`` (``"anchor_structural: fixed by the causal mask: ..."``)."""
+    from anchorlens.analyses.headline import SINK_MASS, anchor_metrics
     from anchorlens.workflows.statistics import capture_statistics
 
     df = capture_statistics(model, inputs, batch_size=batch_size, anchors=("first_token", "instance"))
-    first = df[(df.metric == "anchor_mass") & (df.key_role == "first_token") & (df.query_role == INPUT)]
-    mean = lambda rows: float(rows.groupby("example")["value"].mean().mean()) if len(rows) else float("nan")  # noqa: E731
-    return {"anchor_mass": mean(anchor_mass(df, "instance")), "anchor_structural": mean(anchor_structural(df, "instance")),
-            "first_token_mass": mean(first)}
+    out: dict[str, Any] = {}
+    fixed = []
+    for key, m in zip(_ANCHOR_KEYS, (*anchor_metrics("instance"), SINK_MASS)):
+        rows = m.rows(df)
+        finite = rows[rows["value"].notna()]
+        out[key] = float(finite.groupby("example")["value"].mean().mean()) if len(finite) else float("nan")
+        if len(rows) and finite.empty and "fixed" in rows.columns:
+            fixed.append(f"{key}: {rows['fixed'].iloc[0]}")
+    out["fixed"] = "; ".join(fixed)
+    return out
 
 
 def sweep_length(

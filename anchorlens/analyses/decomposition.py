@@ -1,0 +1,189 @@
+"""``decomposition``: where input queries' attention goes, with the attention sink split off.
+
+Per example, site and head, the attention of each valid query is split over disjoint key parts
+that cover every valid key, so the parts sum to 1 per query:
+
+    sink                the example's first valid INPUT key (special/structural/content): position 0,
+                        BOS or the natural first token; guidance keys are never the sink
+    special, structural, content
+                        keys of that role, the sink excluded
+    soft_prompt, instance, capsule
+                        guidance keys of that role (``guidance`` in frames = their sum)
+
+State (float64, summed per query, so query chunks and examples add up): ``mass[g, p]`` over the
+valid queries of query group g (0: input = special+structural+content, 1: guidance) and
+``count[g]``. A second, head-independent table keeps what the mask lets each query see:
+``pairs[s, r]`` = number of (valid query of role s, visible valid key of role r) pairs (r = the
+six roles plus the sink as a seventh column) and ``queries[s]``. From it :mod:`analyses.metrics`
+detects metrics fixed by the mask and measures guidance absorption.
+
+Frame rows: metric ``decomposition`` (query_role ``input`` or ``guidance``, key_role one of
+:data:`PARTS` or ``guidance``; value = mean mass per query, count = queries) and, with head -1
+(visibility does not depend on the head), metric ``visible_share`` (value = share of the
+visible key positions of the query group that have key_role; key labels: the roles, ``sink``,
+``input``, ``guidance``) and ``visible_keys`` (key_role ``""``: mean number of visible keys per
+query) for each query role present and the pooled ``input`` and ``guidance`` groups.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorlens.analyses.base import SiteReducer, mean_of, role_onehot
+from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
+from anchorlens.analyses.table import SiteTable
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.reducer import register_reducer
+from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
+
+SINK = "sink"
+PARTS: tuple[str, ...] = (SINK,) + ROLE_NAMES  # mass columns: sink, then each role without the sink
+QUERY_GROUPS: tuple[str, ...] = (INPUT, GUIDANCE)
+_GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
+_INPUT_IDX = [int(r) for r in INPUT_ROLES]
+_VIS_KEYS: tuple[str, ...] = ROLE_NAMES + (SINK,)  # pairs columns
+
+
+def sink_index(key_roles: torch.Tensor, key_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Index of each example's first valid input (non-guidance) key: ([B] long, found [B] bool).
+
+    key_roles: [B, K] long; key_valid: [B, K] bool.
+    """
+    ok = key_valid.bool() & (key_roles.unsqueeze(-1) == torch.tensor(_INPUT_IDX, device=key_roles.device)).any(-1)
+    return ok.long().argmax(1), ok.any(1)
+
+
+def _groups(roles: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """[B, Q, 2] float64 one-hot of the query group (input, guidance) of valid queries."""
+    hot = role_onehot(roles, valid, torch.float64)
+    return torch.stack([hot[..., _INPUT_IDX].sum(-1), hot[..., _GUIDANCE_IDX].sum(-1)], -1)
+
+
+@register_reducer("decomposition")  # type: ignore[arg-type]  # SiteReducer.merge narrows the protocol's argument, as for every SiteReducer
+class DecompositionReducer(SiteReducer):
+    """Sink-aware split of each query's attention over key parts (module docstring)."""
+
+    name = "decomposition"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._vis: dict[tuple[str, int], SiteTable] = {}
+
+    def _shapes(self) -> dict[str, tuple[int, ...]]:
+        """mass: [2, P] (query group x part); count: [2]."""
+        return {"mass": (len(QUERY_GROUPS), len(PARTS)), "count": (len(QUERY_GROUPS),)}
+
+    @staticmethod
+    def _vis_shapes() -> dict[str, tuple[int, ...]]:
+        """pairs: [R, R + 1] (query role x key role, then the sink); queries: [R]."""
+        return {"pairs": (NUM_ROLES, NUM_ROLES + 1), "queries": (NUM_ROLES,)}
+
+    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64)."""
+        probs = event.probs
+        b, h = probs.shape[:2]
+        dev = probs.device
+        k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
+        q_valid = event.layout.q.valid.to(dev).bool()
+        sink, found = sink_index(k_roles, k_valid)
+        is_sink = torch.zeros_like(k_valid)
+        is_sink[torch.arange(b, device=dev)[found], sink[found]] = True
+        k_hot = role_onehot(k_roles, k_valid & ~is_sink, probs.dtype)  # [B, K, R]
+        k_parts = torch.cat([is_sink.to(probs.dtype).unsqueeze(-1), k_hot], -1)  # [B, K, P]
+        to_part = torch.einsum("bhqk,bkp->bhqp", probs, k_parts)  # [B, H, Q, P]
+        to_part = torch.where(q_valid[:, None, :, None], to_part, torch.zeros_like(to_part))  # padding rows may be NaN
+        q_groups = _groups(event.layout.q.roles.to(dev), q_valid)  # [B, Q, 2]
+        mass = torch.einsum("bqg,bhqp->bhgp", q_groups, to_part.double())
+        count = q_groups.sum(1)[:, None, :].expand(b, h, len(QUERY_GROUPS))
+        return {"mass": mass, "count": count}
+
+    def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see."""
+        dev = event.probs.device
+        k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
+        q_valid = event.layout.q.valid.to(dev).bool()
+        sink, found = sink_index(k_roles, k_valid)
+        b = k_roles.shape[0]
+        is_sink = torch.zeros_like(k_valid)
+        is_sink[torch.arange(b, device=dev)[found], sink[found]] = True
+        keys = torch.cat([role_onehot(k_roles, k_valid, torch.float64), is_sink.double().unsqueeze(-1)], -1)  # [B, K, R+1]
+        seen = (event.visible.to(dev).bool() & k_valid[:, None, None, :]).double()[:, 0]  # [B, Q, K]
+        q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
+        pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
+        return {"pairs": pairs.unsqueeze(1), "queries": q_hot.sum(1).unsqueeze(1)}
+
+    # -- the second (head-independent) table travels with the first --------------------------
+    def update(self, event: AttentionEvent) -> None:
+        """Fold one batch at one site into the mass sums and the visibility counts."""
+        super().update(event)
+        self._vis_table(event.stack, int(event.layer)).add(event.example_ids, torch.tensor([-1]),
+                                                            self._visibility(event))
+
+    def merge(self, other: SiteReducer) -> None:
+        """Add another decomposition reducer's sums and visibility counts."""
+        super().merge(other)
+        assert isinstance(other, DecompositionReducer)
+        for (stack, layer), table in other._vis.items():
+            self._vis_table(stack, layer).merge(table)
+
+    def state_dict(self) -> dict:
+        """Base state plus ``"visibility": [{"stack", "layer", "examples", "heads", "arrays"}]``."""
+        state = super().state_dict()
+        state["visibility"] = [{"stack": s, "layer": layer, **t.state()} for (s, layer), t in sorted(self._vis.items())]
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Replace the state with ``state_dict()`` output."""
+        super().load_state_dict(state)
+        self._vis = {(str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)
+                     for v in state.get("visibility", [])}
+
+    def _vis_table(self, stack: str, layer: int) -> SiteTable:
+        key = (str(stack), int(layer))
+        if key not in self._vis:
+            self._vis[key] = SiteTable(self._vis_shapes())
+        return self._vis[key]
+
+    def frame(self) -> pd.DataFrame:
+        """``decomposition`` rows per head plus ``visible_share``/``visible_keys`` rows (head -1)."""
+        parts = [super().frame()]
+        for (stack, layer), table in sorted(self._vis.items()):
+            examples = table.examples
+            if examples.numel() == 0:
+                continue
+            order = torch.argsort(examples)
+            arrays = {k: v[order][:, :1] for k, v in table.trimmed().items()}
+            parts.append(_visibility_frame(stack, layer, examples[order].numpy(), arrays))
+        return concat_frames(parts)
+
+    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
+                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+        """value [N, H, 2, P + 1] = mass / count (parts, then the guidance total)."""
+        mass = arrays["mass"]
+        mass = torch.cat([mass, mass[..., [1 + i for i in _GUIDANCE_IDX]].sum(-1, keepdim=True)], -1)
+        value = mean_of(mass, arrays["count"])
+        return long_frame(stack, layer, examples, heads, "decomposition", value.numpy(), arrays["count"].numpy(),
+                          QUERY_GROUPS, PARTS + (GUIDANCE,))
+
+
+def _visibility_frame(stack: str, layer: int, examples: np.ndarray, arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    """visible_share / visible_keys rows (head -1) from pairs [N, 1, R, R+1] and queries [N, 1, R]."""
+    pairs, queries = arrays["pairs"], arrays["queries"]
+    pooled = lambda idx: (pairs[:, :, idx].sum(2, keepdim=True), queries[:, :, idx].sum(2, keepdim=True))  # noqa: E731
+    (pi, qi), (pg, qg) = pooled(_INPUT_IDX), pooled(_GUIDANCE_IDX)
+    pairs, queries = torch.cat([pairs, pi, pg], 2), torch.cat([queries, qi, qg], 2)  # [N, 1, R+2, ...]
+    total = pairs[..., :NUM_ROLES].sum(-1, keepdim=True)  # [N, 1, S, 1]: visible keys of the group
+    keys = torch.cat([pairs, pairs[..., _INPUT_IDX].sum(-1, keepdim=True),
+                      pairs[..., _GUIDANCE_IDX].sum(-1, keepdim=True)], -1)  # [N, 1, S, R+3]
+    share = mean_of(keys, total.squeeze(-1))
+    labels = ROLE_NAMES + QUERY_GROUPS
+    heads = np.array([-1])
+    if examples.size == 0:
+        return empty_frame()
+    return concat_frames([
+        long_frame(stack, layer, examples, heads, "visible_share", share.numpy(), queries.numpy(), labels,
+                   _VIS_KEYS + QUERY_GROUPS),
+        long_frame(stack, layer, examples, heads, "visible_keys", mean_of(total, queries).numpy(), queries.numpy(),
+                   labels, (NO_ROLE,)),
+    ])
