@@ -166,12 +166,8 @@ class FigureOptions:
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write tables and metrics only, no figures.")] = False
 
     def writer_kwargs(self) -> dict[str, Any]:
-        """Keyword for the report writers: ``figures=False`` under --no-figures.
-
-        TODO(wt-reports): return ``{"figures": not self.no_figures}`` once write_comparison,
-        write_positions and write_sweep take ``figures: bool``.
-        """
-        return {"figures": False} if self.no_figures else {}
+        """Keyword for the report writers: ``figures=False`` under --no-figures."""
+        return {"figures": not self.no_figures}
 
 
 @dataclass(frozen=True)

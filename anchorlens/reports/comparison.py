@@ -9,8 +9,8 @@ from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads
 from anchorlens.capture.maps_io import load_maps, save_maps
-from anchorlens.figures import (attention_map_figure, figure_to_png_bytes, head_diff_grid, head_grid, layer_curves,
-                                role_flow_heatmaps, save_figure)
+from anchorlens.figures import (anchor_tokens, attention_map_figure, figure_to_png_bytes, head_diff_grid, head_grids,
+                                layer_curves, role_flow_heatmaps, save_figure)
 from anchorlens.errors import UsageError
 from anchorlens.reports.html import render_report
 from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
@@ -40,20 +40,23 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     out = [
         ("attention_maps", f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
          "guidance outlined, structural tokens dashed", attention_map_figure(result.maps, layer="mean", head="mean")),
-        ("layer_curves", "Per-layer means with 95% bootstrap CI over examples",
-         layer_curves(_curve_rows(result.metrics), [c.label for c in CURVES])),
+        ("layer_curves", "Per-layer means with 95% bootstrap CI over examples; the sink is each checkpoint's first "
+         "input token", layer_curves(_curve_rows(result.metrics), [c.label for c in CURVES], order=result.checkpoints,
+                                     anchors=anchor_tokens(result.maps))),
+        ("heads_sink", "Attention of input queries to the sink by layer and head, one colour scale for every checkpoint",
+         head_grids(result.metrics, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role)),
     ]
-    for name in result.checkpoints:
-        out.append((f"heads_sink_{_safe(name)}", f"Attention of input queries to the sink by layer and head: {name}",
-                    head_grid(result.metrics, m.metric, name, query_role=m.query_role, key_role=m.key_role)))
+    paired = result.paired[result.paired["head"] >= 0]
+    shown = paired[(paired.metric == m.metric) & (paired.query_role == m.query_role) & (paired.key_role == m.key_role)]
+    bound = float(shown["diff"].abs().max()) if len(shown) else None  # one scale for every difference figure
     for name in others:
-        paired = result.paired[result.paired["head"] >= 0]
         out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
-                    head_diff_grid(paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role)))
+                    head_diff_grid(paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role,
+                                   bound=bound or None)))
     flow = average_heads(result.metrics[result.metrics.metric == "role_flow"])
     flow = flow[flow.query_role != "all"]
     out.append(("role_flow", "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
-                role_flow_heatmaps(flow)))
+                role_flow_heatmaps(flow, checkpoints=result.checkpoints)))
     return out
 
 
@@ -72,7 +75,7 @@ def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
     return path
 
 
-def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool = False) -> Path:
+def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True) -> Path:
     """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
     grid = headline_grid(result.headline, result.checkpoints)
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
@@ -80,7 +83,11 @@ def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
         save_maps(result.maps, tmp / "maps")
-        rendered = write_figures(result, tmp / "figures")
+        rendered = []
+        if figures:
+            rendered = write_figures(result, tmp / "figures")
+            # a manifest marks figures/ as anchorlens's own, so `anchorlens figures RUN --force` may redraw it
+            write_manifest(tmp / "figures", "figures", source=str(Path(claim.path).absolute()), figures=len(rendered))
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
         md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "

@@ -28,14 +28,14 @@ def position_grid(summary: pd.DataFrame, order: list[str] | None = None) -> pd.D
 
 
 def write_positions(sweep: PositionSweep, out: str | Path | OutClaim, force: bool = False,
-                    accuracy: pd.DataFrame | None = None) -> Path:
+                    accuracy: pd.DataFrame | None = None, *, figures: bool = True) -> Path:
     """Write every artifact of a position sweep atomically into ``out`` (a path or the command's claim)."""
     grid = position_grid(sweep.summary, sweep.positions)
     with claimed(out, kind="positions", force=force) as claim, claim.atomic() as tmp:
         write_metrics(sweep.metrics, tmp / "metrics")
         sweep.summary.to_csv(tmp / "positions.csv", index=False)
-        (tmp / "figures").mkdir()
-        for m in anchor_metrics(sweep.anchor):
+        for m in anchor_metrics(sweep.anchor) if figures else ():
+            (tmp / "figures").mkdir(exist_ok=True)
             fig = position_sweep(m.rows(sweep.metrics), m.metric, accuracy, head=None,
                                  title=f"{m.label} vs {sweep.anchor} position ({sweep.spec})")
             save_figure(fig, tmp / "figures" / f"positions_{m.metric}")

@@ -17,14 +17,16 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_sweep(table: pd.DataFrame, out: str | Path | OutClaim, *, kind: str, x: str, by: str | None, facts: dict,
-                force: bool = False, extra_metrics: tuple[str, ...] = (), runs: Path | None = None) -> Path:
+                force: bool = False, extra_metrics: tuple[str, ...] = (), runs: Path | None = None,
+                figures: bool = True) -> Path:
     """sweep.csv, summary.md, figures/accuracy (+ one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
     with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
         table.to_csv(tmp / "sweep.csv", index=False)
-        (tmp / "figures").mkdir()
-        save_figure(sweep_curve(table, x, "accuracy", lo="ci_lo", hi="ci_hi", by=by,
-                                title=f"{kind} sweep: accuracy (95% bootstrap CI)"), tmp / "figures" / "accuracy")
-        for metric in extra_metrics:
+        if figures:
+            (tmp / "figures").mkdir()
+            save_figure(sweep_curve(table, x, "accuracy", lo="ci_lo", hi="ci_hi", by=by,
+                                    title=f"{kind} sweep: accuracy (95% bootstrap CI)"), tmp / "figures" / "accuracy")
+        for metric in extra_metrics if figures else ():
             if metric in table.columns and table[metric].notna().any():
                 fig = sweep_curve(table.dropna(subset=[metric]), x, metric, lo=None, hi=None, by=by, title=f"{kind} sweep: {metric}")
                 save_figure(fig, tmp / "figures" / metric)

@@ -69,11 +69,12 @@ def sweep_positions(
     selection: Selection = Selection(),
     batch_size: int = 8,
     dtype: str | None = None,
+    device: str | None = None,
 ) -> PositionSweep:
     """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n)
-    model = load_guided(spec, load_base(base, dtype=dtype))
+    model = load_guided(spec, load_base(base, dtype=dtype, device=device))
     anchor = ""
     for position in positions:
         anchor = _move(model, position)

@@ -47,6 +47,7 @@ import tomllib
 
 from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.atomic import write_json, write_text
+from anchorlens.rundir import OutClaim, claimed, manifest
 from anchorlens.errors import DataError, UsageError
 
 CELL_VERSION = 1  # bump when a cell's result format changes (old caches are then recomputed)
@@ -222,18 +223,27 @@ def efficiency_table(cells: list[dict]) -> pd.DataFrame:
                                                 peak_rss_mb=("peak_rss_mb", "max")).reset_index()
 
 
-def reproduce(plan: Plan | str | Path, out: str | Path, *, smoke: bool = False, force: bool = False,
+def reproduce(plan: Plan | str | Path, out: str | Path | OutClaim, *, smoke: bool = False, force: bool = False,
               log: Callable[[str], None] | None = None) -> Reproduction:
-    """Run every cell of ``plan`` (cached cells are reused unless ``force``) and write the tables to ``out``."""
+    """Run every cell of ``plan`` (cached cells are reused unless ``force``) and write the tables to ``out``.
+
+    ``out`` is claimed for the whole run (a path, or the claim the CLI took); an existing reproduce run
+    there is continued, anything anchorlens did not write is refused.
+    """
+    plan = plan if isinstance(plan, Plan) else load_plan(plan, smoke=smoke)
+    with claimed(out, kind="reproduce", resume=True) as claim:
+        claim.start_in_place({"plan": plan.name, "smoke": smoke})
+        result = _reproduce(plan, claim.path, smoke, force, log or (lambda _msg: None))
+        claim.finish_in_place(manifest("reproduce", plan=plan.name, smoke=smoke, cells=len(result.ran) + len(result.reused)))
+    return result
+
+
+def _reproduce(plan: Plan, out: Path, smoke: bool, force: bool, say: Callable[[str], None]) -> Reproduction:
+    """The cells of ``plan`` and the tables, in the claimed ``out``."""
     from anchorlens.models.loading import load_base
     from anchorlens.workflows.positions import sweep_positions
     from anchorlens.workflows.sweeps import sweep_instance
 
-    plan = plan if isinstance(plan, Plan) else load_plan(plan, smoke=smoke)
-    out = Path(out).expanduser()
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out} exists and is not a directory; choose another --out")
-    say = log or (lambda _msg: None)
     cache = CellCache(out, force)
     base = load_base(plan.base)
     b = plan.budget
