@@ -235,7 +235,7 @@ def test_sweep_length_runs_are_staged_beside_out_and_moved_in_with_the_result(tm
     from anchorlens.reports.sweeps import write_sweep
     from anchorlens.rundir import claim_out
 
-    table = pd.DataFrame({"length": [1, 3], "accuracy": [0.5, 0.75], "ci_low": [0.4, 0.6], "ci_high": [0.6, 0.9]})
+    table = pd.DataFrame({"length": [1, 3], "accuracy": [0.5, 0.75], "ci_lo": [0.4, 0.6], "ci_hi": [0.6, 0.9]})
     out = tmp_path / "sweep"
     with claim_out(out, kind="sweep-length") as claim, claim.scratch() as scratch:
         (scratch / "runs" / "len-1").mkdir(parents=True)

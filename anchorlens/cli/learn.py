@@ -113,14 +113,15 @@ def sweep_instance_cmd(
     model: OwnBaseModelOptions,
     data: TruncatedDataOptions,
     batch: BatchOptions,
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Spec to add instance tokens to (base, a prompt-tuned "
-                                                     "checkpoint...).")] = "base",
+    ckpt: Annotated[str, typer.Option("--ckpt", help="Prompt-tuned checkpoint to add instance tokens to (paper Finding "
+                                                     "II adds them to a prompt-tuned model, e.g. runs/prompt/final); "
+                                                     "'base' measures them on the bare base.")],
     k: Annotated[str, typer.Option("--k", help="Numbers of instance tokens, e.g. 0,1,2,4.")] = "0,1,2,4",
     positions: Annotated[str, typer.Option("--positions", help="Positions, e.g. first,last.")] = "first,last",
     output: OutputOptions = OutputOptions(Path("anchorlens-sweep-instance")),
     figures: FigureOptions = FigureOptions(),
 ) -> None:
-    """Training-free instance tokens: accuracy and anchor metrics per (k, position) (paper Fig. 2)."""
+    """Training-free instance tokens added to a prompt-tuned checkpoint: accuracy and anchor metrics per (k, position) (paper Finding II, Fig. 2)."""
     counts = parse_ints(k, "--k")
     claim = output.claim("sweep-instance")
     assert claim is not None  # sweeps are never run under torchrun
@@ -139,7 +140,7 @@ def sweep_instance_cmd(
                  "examples": int(table["n"].iloc[0])}
         with stage("writing tables and figures"):
             write_sweep(table, claim, kind="instance", x="k", by="position", facts=facts,
-                        extra_metrics=("anchor_mass", "anchor_structural", "first_token_mass"), **figures.writer_kwargs())
+                        extra_metrics=("anchor_mass", "anchor_structural", "sink_mass"), **figures.writer_kwargs())
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     typer.echo(f"wrote {output.out}/", err=True)
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, ScoringBatch, scoring_batch
-from anchorlens.evaluation.metrics import accuracy, binary_f1, bootstrap_ci, exact_match, f1a, macro_f1
+from anchorlens.evaluation.metrics import accuracy, binary_f1, exact_match, f1a, macro_f1
 from anchorlens.evaluation.model import Scorable, as_model
 from anchorlens.evaluation.predict import predict
 from anchorlens.evaluation.report import task_metrics
@@ -17,7 +17,6 @@ __all__ = [
     "accuracy",
     "as_model",
     "binary_f1",
-    "bootstrap_ci",
     "exact_match",
     "f1a",
     "label_scores",

@@ -54,17 +54,3 @@ def exact_match(labels: Sequence[Any], preds: Sequence[Any], groups: Sequence[Ha
     for y, p, g in zip(labels, preds, groups):
         ok[g] = ok.get(g, True) and _same(y, p)
     return float(np.mean(list(ok.values()))) if ok else float("nan")
-
-
-def bootstrap_ci(
-    correct: Sequence[bool] | np.ndarray, n_boot: int = 1000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile bootstrap CI of the mean of ``correct`` ([N] bools), seeded; (nan, nan) when empty."""
-    values = np.asarray(correct, dtype=np.float64)
-    if values.size == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, values.size, size=(n_boot, values.size))
-    means = values[draws].mean(axis=1)
-    alpha = (1.0 - level) / 2
-    return float(np.quantile(means, alpha)), float(np.quantile(means, 1 - alpha))

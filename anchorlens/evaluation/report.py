@@ -3,16 +3,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from anchorlens.evaluation.metrics import accuracy, bootstrap_ci, exact_match, f1a, macro_f1
+from anchorlens.analyses.stats import bootstrap_ci
+from anchorlens.evaluation.metrics import accuracy, exact_match, f1a, macro_f1
 from anchorlens.tasks import Task, get_task
 
 
-def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 1000, seed: int = 0) -> dict:
+def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 2000, seed: int = 0) -> dict:
     """Accuracy with its bootstrap 95% CI plus the task's own metrics (macro_f1, f1a, em) over labelled rows."""
     task = get_task(task)
     rows = predictions[predictions["label"].notna()] if "label" in predictions else predictions.iloc[:0]
     labels, preds = [_py(v) for v in rows["label"]], [_py(v) for v in rows["pred"]]
-    low, high = bootstrap_ci(rows["correct"].astype(bool).to_numpy(), n_boot=n_boot, seed=seed)
+    _, low, high = bootstrap_ci(rows["correct"].astype(float).to_numpy(), n_boot=n_boot, seed=seed)
     out: dict = {"n": len(rows), "accuracy": accuracy(labels, preds), "accuracy_ci95": [low, high]}
     if "macro_f1" in task.metrics:
         out["macro_f1"] = macro_f1(labels, preds)

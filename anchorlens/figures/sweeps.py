@@ -19,7 +19,7 @@ def _is_integer(values: pd.Series) -> bool:
     return bool(v.notna().all() and np.allclose(v, np.round(v)))
 
 
-def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None = "ci_low", hi: str | None = "ci_high",
+def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None = "ci_lo", hi: str | None = "ci_hi",
                 by: str | None = None, title: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
                 log_x: bool | None = None) -> Figure:
     """``y`` against ``x``, one line per ``by`` value (markers, slight x offsets so overlaps stay visible).

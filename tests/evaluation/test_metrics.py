@@ -6,7 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from anchorlens.evaluation import accuracy, binary_f1, bootstrap_ci, exact_match, f1a, macro_f1, task_metrics
+from anchorlens.analyses.stats import bootstrap_ci
+from anchorlens.evaluation import accuracy, binary_f1, exact_match, f1a, macro_f1, task_metrics
 
 
 def test_accuracy_is_type_strict():
@@ -36,12 +37,13 @@ def test_f1a_and_em_by_hand():
     assert exact_match(labels, preds, groups) == pytest.approx(2 / 3)
 
 
-def test_bootstrap_ci_is_seeded_and_brackets_the_mean():
-    correct = [True] * 7 + [False] * 3
-    low, high = bootstrap_ci(correct, seed=1)
-    assert (low, high) == bootstrap_ci(correct, seed=1)
+def test_accuracy_ci_is_the_project_bootstrap():
+    preds = pd.DataFrame({"label": [True] * 10, "pred": [True] * 7 + [False] * 3,
+                          "correct": [True] * 7 + [False] * 3})
+    m = task_metrics(preds, "boolq", seed=1)
+    mean, low, high = bootstrap_ci([1.0] * 7 + [0.0] * 3, seed=1)
+    assert m["accuracy"] == pytest.approx(mean) and m["accuracy_ci95"] == [low, high]
     assert 0.0 <= low <= 0.7 <= high <= 1.0
-    assert bootstrap_ci([True] * 5) == (1.0, 1.0)
 
 
 def test_task_metrics_multirc_groups_by_passage_and_question():

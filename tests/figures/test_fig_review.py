@@ -145,7 +145,7 @@ def test_summarize_is_the_project_bootstrap_not_a_t_interval():
 
 def test_sweep_curve_integer_ticks_markers_ci_and_log_lengths():
     k = pd.DataFrame({"k": [0, 1, 2, 4] * 2, "position": ["first"] * 4 + ["last"] * 4,
-                      "accuracy": [0.5] * 8, "ci_low": [0.4] * 8, "ci_high": [0.6] * 8,
+                      "accuracy": [0.5] * 8, "ci_lo": [0.4] * 8, "ci_hi": [0.6] * 8,
                       "anchor_mass": [np.nan, 0.2, 0.3, 0.4] * 2})
     fig = sweep_curve(k, "k", by="position", title="instance sweep: accuracy (95% CI)")
     ax = fig.axes[0]
