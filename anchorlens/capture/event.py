@@ -1,7 +1,7 @@
 """What capture hands to a sink for one attention call (or one chunk of its queries)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,6 +16,11 @@ class AttentionEvent:
     heads, whose model indices are ``heads`` ([H] long). visible: [B|1, 1, q, K] bool, which keys each
     query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
     ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
+    scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask) shifted so that
+    each row's maximum over keys is 0, or None when the producer did not keep them. Where probs > 0,
+    log probs = scores + log(max over keys of probs); elsewhere scores are very negative (always weight
+    them by ``probs``). cache: scratch space for one event, where reducers share derived tensors (for example
+    mass per key role) so that work common to several reducers is done once.
 
     Chunking contract: when the recompute has a memory budget, one attention call arrives as several
     events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
@@ -33,6 +38,8 @@ class AttentionEvent:
     example_ids: torch.Tensor
     query_start: int = 0
     query_total: int | None = None
+    scores: torch.Tensor | None = None
+    cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def query_valid(self) -> torch.Tensor:
