@@ -58,16 +58,15 @@ def key_role_mass(event: AttentionEvent) -> torch.Tensor:
 def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
     """[B, H, q, R] float32: sum of p·log p over valid keys of each role; cached on the event.
 
-    With the event's shifted ``scores`` no logarithm over [B, H, q, K] is needed:
-    sum_k p log p = sum_k p s + (sum_k p) log(max_k p). Without them, ``xlogy``.
+    With the event's shifted ``scores`` and ``log_norm`` no logarithm over [B, H, q, K] is needed:
+    sum_k p log p = sum_k p s - (sum_k p) log_norm. Without them, ``xlogy``.
     """
     if "key_role_plogp" not in event.cache:
         p, k_hot = event.probs, key_roles(event)
-        if event.scores is None:
+        if event.scores is None or event.log_norm is None:
             event.cache["key_role_plogp"] = _per_key_role(torch.xlogy(p, p), k_hot)
         else:
-            log_top = torch.log(p.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(p.dtype).tiny))  # [B, H, q, 1]
-            event.cache["key_role_plogp"] = _per_key_role(p * event.scores, k_hot) + key_role_mass(event) * log_top
+            event.cache["key_role_plogp"] = _per_key_role(p * event.scores, k_hot) - key_role_mass(event) * event.log_norm
     return event.cache["key_role_plogp"]
 
 

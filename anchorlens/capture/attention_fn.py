@@ -117,12 +117,12 @@ def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
 
 def chunk_probs(
     call: AttentionCall, start: int, stop: int, heads: torch.Tensor | None, vis: Visibility | None = None
-) -> tuple[torch.Tensor, torch.Tensor, Visibility]:
-    """Probabilities and shifted logits [B, H_sel, q, K] float32 of queries ``start:stop``, and their visibility.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Visibility]:
+    """Probabilities and shifted logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
 
     Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32. Rows of
     queries that see no key are all zero. The logits come back shifted so that each row's maximum over
-    keys is 0 (very negative where not visible): log p = logits + log(max_k p), no logarithm needed.
+    keys is 0 (very negative where not visible), with log p = logits - log_norm: no logarithm over [q, K].
     """
     query = call.query[:, :, start:stop]
     key = call.key
@@ -153,7 +153,7 @@ def chunk_probs(
     if call.mask is not None and call.mask.dtype != torch.bool:
         scores.add_(call.mask[..., start:stop, :k_len].float().clamp_min(_NEG))
     scores.masked_fill_(vis.hidden, _NEG)
-    top = scores.amax(dim=-1, keepdim=True)
+    top, where = scores.max(dim=-1, keepdim=True)
     scores.sub_(top)  # softmax is shift-invariant; the shifted logits give log p cheaply
     if sinks is not None:
         logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1) - top], dim=-1)
@@ -163,7 +163,9 @@ def chunk_probs(
         probs = torch.softmax(scores, dim=-1)
     if vis.empty is not None:
         probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
-    return probs, scores, vis
+    # the top key has shifted logit 0, so log p_top = -log Z: the normaliser without another pass
+    log_norm = probs.gather(-1, where).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_()
+    return probs, scores, log_norm, vis
 
 
 def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, start: int, stop: int) -> Visibility:
@@ -236,14 +238,15 @@ def anchorlens_attention_forward(
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
-            probs, scores, vis = chunk_probs(call, start, stop, None if eager else heads, vis)
+            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis)
             if eager:
                 parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
-                active.emit(site, probs.detach(), vis.visible, start, scores.detach())
-            del probs, scores
+                    log_norm = log_norm.index_select(1, heads)
+                active.emit(site, probs.detach(), vis.visible, start, scores.detach(), log_norm.detach())
+            del probs, scores, log_norm
     if eager:
         output = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     return output.contiguous(), None

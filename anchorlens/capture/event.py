@@ -17,9 +17,9 @@ class AttentionEvent:
     query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
     ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
     scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask) shifted so that
-    each row's maximum over keys is 0, or None when the producer did not keep them. Where probs > 0,
-    log probs = scores + log(max over keys of probs); elsewhere scores are very negative (always weight
-    them by ``probs``). cache: scratch space for one event, where reducers share derived tensors (for example
+    each row's maximum over keys is 0, and log_norm: [B, H, q, 1] float32 the log of the softmax
+    normaliser (sink included), so that log probs = scores - log_norm where probs > 0; elsewhere scores
+    are very negative (always weight them by ``probs``). Both None when the producer did not keep them. cache: scratch space for one event, where reducers share derived tensors (for example
     mass per key role) so that work common to several reducers is done once.
 
     Chunking contract: when the recompute has a memory budget, one attention call arrives as several
@@ -39,6 +39,7 @@ class AttentionEvent:
     query_start: int = 0
     query_total: int | None = None
     scores: torch.Tensor | None = None
+    log_norm: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -73,7 +73,7 @@ class CaptureSession:
         return self._heads_cache[device]
 
     def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor, query_start: int = 0,
-             scores: torch.Tensor | None = None) -> None:
+             scores: torch.Tensor | None = None, log_norm: torch.Tensor | None = None) -> None:
         """Build the event for ``probs`` [B, H, q, K] (queries ``query_start:query_start+q``) and hand it on."""
         heads = self.heads_tensor(probs.device)
         if heads is None:
@@ -91,7 +91,7 @@ class CaptureSession:
             layout = Layout(SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]),
                             layout.k)
         self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids,
-                                         query_start, q_total, scores))
+                                         query_start, q_total, scores, log_norm))
 
 
 def current() -> CaptureSession | None:

@@ -306,8 +306,8 @@ def test_shifted_scores_give_the_same_state_as_probabilities_alone(name):
     query, key = torch.randn(b, h, q, 8, generator=g) * 2, torch.randn(b, h, k, 8, generator=g) * 2
     mask = event.visible.expand(b, 1, q, k)
     call = AttentionCall(query, key, key, mask, 0.5, False, None, None, None, None)
-    probs, scores, _ = chunk_probs(call, 0, q, None)
-    with_scores = replace(event, probs=probs, scores=scores, cache={})
-    without = replace(event, probs=probs, scores=None, cache={})
+    probs, scores, log_norm, _ = chunk_probs(call, 0, q, None)
+    with_scores = replace(event, probs=probs, scores=scores, log_norm=log_norm, cache={})
+    without = replace(event, probs=probs, scores=None, log_norm=None, cache={})
     a, b_ = feed(name, [with_scores]).frame(), feed(name, [without]).frame()
     pd.testing.assert_frame_equal(a.reset_index(drop=True), b_.reset_index(drop=True), rtol=0, atol=2e-6)
