@@ -24,6 +24,60 @@ def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = t
     return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
 
 
+def query_roles(event: AttentionEvent) -> torch.Tensor:
+    """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached on the event."""
+    if "q_hot" not in event.cache:
+        dev = event.probs.device
+        event.cache["q_hot"] = role_onehot(event.layout.q.roles.to(dev), event.layout.q.valid.to(dev).bool(),
+                                           torch.float64)
+    return event.cache["q_hot"]
+
+
+def key_roles(event: AttentionEvent) -> torch.Tensor:
+    """[B, K, R] float32 one-hot of the event's key roles (zero rows for padding keys); cached on the event."""
+    if "k_hot" not in event.cache:
+        dev = event.probs.device
+        event.cache["k_hot"] = role_onehot(event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool(),
+                                           event.probs.dtype)
+    return event.cache["k_hot"]
+
+
+def _per_key_role(values: torch.Tensor, k_hot: torch.Tensor) -> torch.Tensor:
+    """Segment sums over key roles: [B, H, q, K] x [B, K, R] -> [B, H, q, R] (one batched matmul)."""
+    b, h, q, k = values.shape
+    return torch.matmul(values.reshape(b, h * q, k), k_hot).view(b, h, q, -1)
+
+
+def key_role_mass(event: AttentionEvent) -> torch.Tensor:
+    """[B, H, q, R] float32: each query's attention mass on valid keys of each role; cached on the event."""
+    if "key_role_mass" not in event.cache:
+        event.cache["key_role_mass"] = _per_key_role(event.probs, key_roles(event))
+    return event.cache["key_role_mass"]
+
+
+def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
+    """[B, H, q, R] float32: sum of p·log p over valid keys of each role; cached on the event.
+
+    With the event's shifted ``scores`` and ``log_norm`` no logarithm over [B, H, q, K] is needed:
+    sum_k p log p = sum_k p s - (sum_k p) log_norm. Without them, ``xlogy``.
+    """
+    if "key_role_plogp" not in event.cache:
+        p, k_hot = event.probs, key_roles(event)
+        if event.scores is None or event.log_norm is None:
+            event.cache["key_role_plogp"] = _per_key_role(torch.xlogy(p, p), k_hot)
+        else:
+            event.cache["key_role_plogp"] = _per_key_role(p * event.scores, k_hot) - key_role_mass(event) * event.log_norm
+    return event.cache["key_role_plogp"]
+
+
+def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
+    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event."""
+    if "visible_key_counts" not in event.cache:
+        seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
+        event.cache["visible_key_counts"] = torch.matmul(seen, key_roles(event))
+    return event.cache["visible_key_counts"]
+
+
 def per_role(query_onehot: torch.Tensor, per_query: torch.Tensor) -> torch.Tensor:
     """Sum a per-query value over the queries of each role: [B, Q, R] x [B, H, Q] -> [B, H, R] float64."""
     return torch.einsum("bqr,bhq->bhr", query_onehot.double(), per_query.double())
@@ -80,7 +134,7 @@ class SiteReducer:
         values = self._reduce(event)
         self._table(event.stack, int(event.layer)).add(event.example_ids, event.heads, values)
 
-    def merge(self, other: "SiteReducer") -> None:
+    def merge(self, other: SiteReducer) -> None:
         """Add another reducer's sums (same class and state options) into this one."""
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")

@@ -5,10 +5,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, per_role, role_onehot, with_all
+from anchorlens.analyses.base import (
+    QUERY_LABELS,
+    SiteReducer,
+    key_role_mass,
+    key_role_plogp,
+    mean_of,
+    per_role,
+    query_roles,
+    visible_key_counts,
+    with_all,
+)
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
+from anchorlens.analyses.registry import register_reducer
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.capture.reducer import register_reducer
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
 
 
@@ -52,26 +62,20 @@ class EntropyReducer(SiteReducer):
         return {"sum": r, "count": r, "content_sum": r, "content_count": r}
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, Q, K] -> four [B, H, R] float64 sums."""
-        probs = event.probs
-        b, h = probs.shape[:2]
-        dev = probs.device
-        q_valid = event.layout.q.valid.to(dev).bool()  # [B, Q]
-        k_valid = event.layout.k.valid.to(dev).bool()  # [B, K]
-        content = k_valid & (event.layout.k.roles.to(dev) == int(Role.CONTENT))  # [B, K]
-        seen = event.visible.to(dev).bool() & k_valid[:, None, None, :]  # [B, 1, Q, K]
-        p = probs.masked_fill(~seen, 0.0)  # [B, H, Q, K]
-        plogp = torch.xlogy(p, p)  # [B, H, Q, K]
-        ent = normalized_entropy(plogp.sum(-1), p.sum(-1), seen.sum(-1))  # [B, H, Q]
-        c = content.to(p.dtype)
-        c_mass = torch.einsum("bhqk,bk->bhq", p, c)
-        c_plogp = torch.einsum("bhqk,bk->bhq", plogp, c)
-        c_keys = (seen & content[:, None, None, :]).sum(-1)  # [B, 1, Q]
-        c_ent = normalized_entropy(c_plogp, c_mass, c_keys)
-        c_ok = (c_keys >= 1) & (c_mass > 0) & q_valid[:, None, :]  # [B, H, Q]
-        ent = torch.where(q_valid[:, None, :], ent, torch.zeros_like(ent))
+        """probs [B, H, q, K] -> four [B, H, R] float64 sums, from segment sums of p and p·log p over key roles."""
+        b, h = event.probs.shape[:2]
+        content = int(Role.CONTENT)
+        q_hot = query_roles(event)  # [B, q, R]
+        q_valid = (q_hot.sum(-1) > 0)[:, None, :]  # [B, 1, q]
+        mass, plogp = key_role_mass(event), key_role_plogp(event)  # [B, H, q, R]
+        keys = visible_key_counts(event)  # [B, q, R]
+        ent = normalized_entropy(plogp.sum(-1), mass.sum(-1), keys.sum(-1)[:, None, :])  # [B, H, q]
+        c_mass = mass[..., content]
+        c_keys = keys[..., content][:, None, :]  # [B, 1, q]
+        c_ent = normalized_entropy(plogp[..., content], c_mass, c_keys)
+        c_ok = (c_keys >= 1) & (c_mass > 0) & q_valid  # [B, H, q]
+        ent = torch.where(q_valid, ent, torch.zeros_like(ent))
         c_ent = torch.where(c_ok, c_ent, torch.zeros_like(c_ent))
-        q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
         return {
             "sum": per_role(q_hot, ent),
             "count": q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES),

@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, per_role, role_onehot, with_all
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, per_role, query_roles, with_all
 from anchorlens.analyses.frames import NO_ROLE, long_frame
+from anchorlens.analyses.registry import register_reducer
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.capture.reducer import register_reducer
 from anchorlens.roles.kinds import NUM_ROLES
 
 
@@ -57,10 +57,10 @@ class FirstTokenReducer(SiteReducer):
         b, h, q, _ = probs.shape
         dev = probs.device
         k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position or 0)
-        q_valid = event.layout.q.valid.to(dev).bool() & found[:, None]  # [B, Q]
-        mass = probs.gather(-1, k_index.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, Q]
+        q_valid = event.layout.q.valid.to(dev).bool() & found[:, None]  # [B, q]
+        mass = probs.gather(-1, k_index.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, q]
         mass = torch.where(q_valid[:, None, :], mass, torch.zeros_like(mass))
-        q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
+        q_hot = query_roles(event) * found[:, None, None]  # [B, q, R]
         count = q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES)
         return {"sum": per_role(q_hot, mass), "count": count}
 

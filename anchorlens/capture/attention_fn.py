@@ -88,6 +88,26 @@ def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
     return seen.view(1, 1, stop - start, k_len)
 
 
+@dataclass(frozen=True)
+class Visibility:
+    """Visibility of one query chunk, shared by every layer that gets the same mask.
+
+    visible: [B|1, 1, q, K] bool; hidden: its negation; empty: [B|1, 1, q, 1] bool, queries that see no
+    key, or None when every query sees one.
+    """
+
+    visible: torch.Tensor
+    hidden: torch.Tensor
+    empty: torch.Tensor | None
+
+    @classmethod
+    def of(cls, call: AttentionCall, start: int, stop: int) -> Visibility:
+        """Compute the visibility of queries ``start:stop``."""
+        visible = visible_keys(call, start, stop)
+        empty = ~visible.any(dim=-1, keepdim=True)
+        return cls(visible, ~visible, empty if bool(empty.any()) else None)
+
+
 def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
     """Queries per chunk so that the float32 buffers [B, heads, rows, K] fit ``budget_bytes``."""
     b, k = call.query.shape[0], call.key.shape[2]
@@ -95,11 +115,14 @@ def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
     return max(1, min(call.query.shape[2], budget_bytes // per_row))
 
 
-def chunk_probs(call: AttentionCall, start: int, stop: int, heads: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Probabilities [B, H_sel, q, K] float32 of queries ``start:stop`` and their visibility [B|1, 1, q, K].
+def chunk_probs(
+    call: AttentionCall, start: int, stop: int, heads: torch.Tensor | None, vis: Visibility | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Visibility]:
+    """Probabilities and shifted logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
 
-    Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32; rows of
-    queries that see no key are all zero.
+    Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32. Rows of
+    queries that see no key are all zero. The logits come back shifted so that each row's maximum over
+    keys is 0 (very negative where not visible), with log p = logits - log_norm: no logarithm over [q, K].
     """
     query = call.query[:, :, start:stop]
     key = call.key
@@ -117,25 +140,43 @@ def chunk_probs(call: AttentionCall, start: int, stop: int, heads: torch.Tensor 
         groups = call.groups
     b, h, q, d = query.shape
     kv = key.shape[1]
-    # grouped heads share their key: [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
-    scores = torch.matmul(query.float().reshape(b, kv, groups * q, d), key.float().transpose(-1, -2))
-    scores = scores.view(b, h, q, -1).mul_(call.scaling)
+    # scaling the (small) queries instead of the [q, K] scores; grouped heads share their key:
+    # [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
+    scaled = (query.float() * call.scaling).reshape(b, kv, groups * q, d)
+    scores = torch.matmul(scaled, key.float().transpose(-1, -2)).view(b, h, q, -1)
     if call.softcap is not None:
         scores.div_(call.softcap).tanh_().mul_(call.softcap)
     k_len = scores.shape[-1]
     if bias is not None:
         scores.add_(bias[..., start:stop, :k_len].float())
-    visible = visible_keys(call, start, stop)
+    vis = vis if vis is not None else Visibility.of(call, start, stop)
     if call.mask is not None and call.mask.dtype != torch.bool:
         scores.add_(call.mask[..., start:stop, :k_len].float().clamp_min(_NEG))
-    scores.masked_fill_(~visible, _NEG)
+    scores.masked_fill_(vis.hidden, _NEG)
+    top, where = scores.max(dim=-1, keepdim=True)
+    scores.sub_(top)  # softmax is shift-invariant; the shifted logits give log p cheaply
     if sinks is not None:
-        logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1).expand(b, h, q, 1)], dim=-1)
+        logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1) - top], dim=-1)
         probs = torch.softmax(logits, dim=-1)[..., :k_len]
+        del logits
     else:
         probs = torch.softmax(scores, dim=-1)
-    probs.mul_(visible.any(dim=-1, keepdim=True))  # queries that see no key: zero rows, not uniform
-    return probs, visible
+    if vis.empty is not None:
+        probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
+    # the top key has shifted logit 0, so log p_top = -log Z: the normaliser without another pass
+    log_norm = probs.gather(-1, where).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_()
+    return probs, scores, log_norm, vis
+
+
+def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, start: int, stop: int) -> Visibility:
+    """The chunk's visibility, computed once per mask and chunk for all layers of one forward."""
+    key = (id(call.mask), start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window)
+    hit = active.scratch.get(key)
+    if hit is not None and hit[0] is call.mask:
+        return hit[1]
+    vis = Visibility.of(call, start, stop)
+    active.scratch[key] = (call.mask, vis)  # keeps the mask alive, so its id cannot be reused meanwhile
+    return vis
 
 
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
@@ -181,14 +222,14 @@ def anchorlens_attention_forward(
     )
     active = _session.current()
     site = None if active is None else active.site_of(module)
-    eager = call.needs_eager_output or (site is not None and active is not None and active.options.mode == "fast")
+    heads = None if active is None or site is None else active.heads_tensor(query.device)
+    # fast mode computes the output from the probabilities when they cover all heads anyway
+    fast = site is not None and active is not None and active.options.mode == "fast" and heads is None
+    eager = call.needs_eager_output or fast
     if not eager:
         output = _sdpa_output(module, call, dropout, is_causal, kwargs)
         if site is None or active is None:
             return output, None
-    training = module.training
-    heads = None if active is None or site is None else active.heads_tensor(query.device)
-    # chunks cover all heads when the output comes from the probabilities, else only the selected ones
     width = query.shape[1] if eager or heads is None else heads.numel()
     budget = active.options.memory_budget if active is not None else DEFAULT_MEMORY_BUDGET
     rows = chunk_rows(call, width, budget)
@@ -196,12 +237,16 @@ def anchorlens_attention_forward(
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
-            probs, visible = chunk_probs(call, start, stop, None if eager else heads)
+            vis = None if active is None else _shared_visibility(active, call, start, stop)
+            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis)
             if eager:
-                parts.append(output_from_probs(call, probs, dropout, training))
+                parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:
-                selected = probs if not eager or heads is None else probs.index_select(1, heads)
-                active.emit(site, selected.detach(), visible, start)
+                if eager and heads is not None:
+                    probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
+                    log_norm = log_norm.index_select(1, heads)
+                active.emit(site, probs.detach(), vis.visible, start, scores.detach(), log_norm.detach())
+            del probs, scores, log_norm
     if eager:
         output = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
     return output.contiguous(), None

@@ -1,7 +1,7 @@
 """What capture hands to a sink for one attention call (or one chunk of its queries)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -16,6 +16,11 @@ class AttentionEvent:
     heads, whose model indices are ``heads`` ([H] long). visible: [B|1, 1, q, K] bool, which keys each
     query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
     ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
+    scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask) shifted so that
+    each row's maximum over keys is 0, and log_norm: [B, H, q, 1] float32 the log of the softmax
+    normaliser (sink included), so that log probs = scores - log_norm where probs > 0; elsewhere scores
+    are very negative (always weight them by ``probs``). Both None when the producer did not keep them. cache: scratch space for one event, where reducers share derived tensors (for example
+    mass per key role) so that work common to several reducers is done once.
 
     Chunking contract: when the recompute has a memory budget, one attention call arrives as several
     events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
@@ -33,6 +38,9 @@ class AttentionEvent:
     example_ids: torch.Tensor
     query_start: int = 0
     query_total: int | None = None
+    scores: torch.Tensor | None = None
+    log_norm: torch.Tensor | None = None
+    cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def query_valid(self) -> torch.Tensor:

@@ -1,4 +1,8 @@
-"""The open reducer protocol: streaming statistics that plug into capture by name."""
+"""The open reducer protocol: streaming statistics over attention events.
+
+The registry of reducers by name lives in :mod:`anchorlens.analyses.registry`, next to the
+built-in reducers, so that ``make_reducer("role_flow")`` works in a fresh process.
+"""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,6 +11,7 @@ from typing import Protocol, runtime_checkable
 import pandas as pd
 
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.errors import UsageError
 
 
 @runtime_checkable
@@ -14,7 +19,9 @@ class Reducer(Protocol):
     """A streaming statistic over attention events.
 
     A reducer keeps only small sum/count state (per example, layer, head, role...), never maps,
-    so memory does not grow with the size of the maps. ``merge`` adds another reducer's state
+    so memory does not grow with the size of the maps. ``update`` may receive one attention call as
+    several events, each for a slice of the queries (see :class:`AttentionEvent`); a state that is a
+    sum over queries is then correct by adding every event. ``merge`` adds another reducer's state
     of the same kind (distributed ranks, resumed shards); ``state_dict``/``load_state_dict``
     round-trip that state as plain tensors; ``frame`` returns tidy rows.
     """
@@ -22,7 +29,7 @@ class Reducer(Protocol):
     name: str
 
     def update(self, event: AttentionEvent) -> None:
-        """Fold one batch's attention at one site into the state."""
+        """Fold one batch's attention at one site (or one query slice of it) into the state."""
         ...
 
     def merge(self, other: Reducer) -> None:
@@ -42,29 +49,33 @@ class Reducer(Protocol):
         ...
 
 
-_REGISTRY: dict[str, Callable[..., Reducer]] = {}
+# --- Transitional aliases (issue 10): remove once every caller imports register_reducer, make_reducer
+# and reducer_names from anchorlens.analyses.registry. They forward to that registry once it is loaded
+# (capture may not import analyses) and otherwise say where the registry moved.
+_REGISTRY_FUNCTIONS: dict[str, Callable] = {}
 
 
-def register_reducer(name: str) -> Callable[[Callable[..., Reducer]], Callable[..., Reducer]]:
-    """Class decorator that makes a reducer constructible by ``make_reducer(name, **options)``."""
+def _attach_registry(register: Callable, make: Callable, names: Callable) -> None:
+    """Called by anchorlens.analyses.registry when it loads."""
+    _REGISTRY_FUNCTIONS.update(register_reducer=register, make_reducer=make, reducer_names=names)
 
-    def wrap(factory: Callable[..., Reducer]) -> Callable[..., Reducer]:
-        if name in _REGISTRY and _REGISTRY[name] is not factory:
-            raise ValueError(f"reducer {name!r} is already registered")
-        _REGISTRY[name] = factory
-        return factory
 
-    return wrap
+def _forward(name: str) -> Callable:
+    if name not in _REGISTRY_FUNCTIONS:
+        raise UsageError(f"{name} moved to anchorlens.analyses.registry: import it from there")
+    return _REGISTRY_FUNCTIONS[name]
+
+
+def register_reducer(name: str) -> Callable:
+    """Deprecated alias of :func:`anchorlens.analyses.registry.register_reducer`."""
+    return _forward("register_reducer")(name)
 
 
 def make_reducer(name: str, **options) -> Reducer:
-    """Build a registered reducer by name; ValueError lists the known names."""
-    if name not in _REGISTRY:
-        known = ", ".join(sorted(_REGISTRY)) or "(none registered)"
-        raise ValueError(f"unknown reducer {name!r}; known reducers: {known}")
-    return _REGISTRY[name](**options)
+    """Deprecated alias of :func:`anchorlens.analyses.registry.make_reducer`."""
+    return _forward("make_reducer")(name, **options)
 
 
 def reducer_names() -> list[str]:
-    """Names of all registered reducers."""
-    return sorted(_REGISTRY)
+    """Deprecated alias of :func:`anchorlens.analyses.registry.reducer_names`."""
+    return _forward("reducer_names")()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -38,6 +38,26 @@ def _skip_lm_head(model: torch.nn.Module) -> dict:
     return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
+def num_heads(model: torch.nn.Module) -> int | None:
+    """Attention heads per layer from the model's (text) config, or None when it does not say."""
+    config: Any = getattr(model, "config", None)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    value = getattr(config, "num_attention_heads", None)
+    return int(value) if isinstance(value, int) else None
+
+
+def check_selection(target: CaptureTarget, selection: Selection) -> None:
+    """Raise UsageError (one line, the valid range) when ``selection`` names stacks/layers/heads ``target`` lacks.
+
+    Call it where a selection enters (before creating output or loading data); every capture also checks.
+    """
+    layers: dict[str, int] = {}
+    for site, _ in target.sites():
+        layers[site.stack] = max(layers.get(site.stack, 0), site.layer + 1)
+    selection.validate(layers, num_heads(target.model))
+
+
 def capture_batch(
     target: CaptureTarget,
     batch: Encoded,
@@ -49,14 +69,16 @@ def capture_batch(
     """Forward one batch with capture active; returns the model's outputs.
 
     ``need_logits=False`` (statistics-only runs) skips the full-vocabulary logits of every
-    position where the model allows it; attention is unaffected.
+    position where the model allows it; attention is unaffected. ``options`` choose the output mode
+    (``auto``: fast without logits, strict with) and the recompute's memory budget. A selection the
+    model does not have raises UsageError before the forward.
     """
+    batch = batch.to(target.device)
+    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection,
+                             options.resolved(need_logits), num_heads(target.model))
     install(target.model)
     kwargs = {} if need_logits else _skip_lm_head(target.model)
-    batch = batch.to(target.device)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)
-    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection,
-                             options.resolved(need_logits))
     with activate(session), torch.no_grad():
         return target.forward(batch, **kwargs)

@@ -5,17 +5,35 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from anchorlens.errors import UnknownNameError, UsageError
 from anchorlens.models.adapters.site import Site
+
+__all__ = ["Selection", "Site", "parse_heads", "parse_indices", "parse_layers"]
+
+
+def _normalize(index: int, size: int) -> int:
+    """``index`` in ``-size..size-1`` as ``0..size-1``."""
+    return index + size if index < 0 else index
+
+
+def _check_range(flag: str, indices: tuple[int, ...], size: int, what: str) -> None:
+    """UsageError naming the valid range when an index falls outside ``-size..size-1``."""
+    for index in indices:
+        if not -size <= index < size:
+            raise UsageError(f"{flag} {index} is out of range: this base has {size} {what} "
+                             f"(0..{size - 1}, or -{size}..-1)")
 
 
 @dataclass(frozen=True)
 class Selection:
     """Filter of sites and heads. None means all.
 
-    stacks: stack names; layers: layer indices (negative counts from the end); heads: head indices;
-    names: glob patterns over site names (``"decoder.*"``, ``"encoder.1[0-2]"``).
+    stacks: stack names; layers: layer indices (negative counts from the end); heads: head indices
+    (negative counts from the end); names: glob patterns over site names (``"decoder.*"``,
+    ``"encoder.1[0-2]"``). :meth:`validate` checks the indices against a model.
     """
 
     stacks: tuple[str, ...] | None = None
@@ -23,12 +41,31 @@ class Selection:
     heads: tuple[int, ...] | None = None
     names: tuple[str, ...] | None = None
 
+    def validate(self, layers_per_stack: Mapping[str, int], num_heads: int | None) -> None:
+        """Raise UsageError (one line, the valid range) for stacks, layers or heads the model does not have."""
+        if self.stacks is not None:
+            unknown = [s for s in self.stacks if s not in layers_per_stack]
+            if unknown:
+                raise UnknownNameError(f"unknown stack {unknown[0]!r}: this base has "
+                                       f"{', '.join(sorted(layers_per_stack))}")
+        stacks = self.stacks if self.stacks is not None else tuple(layers_per_stack)
+        if self.layers is not None and stacks:
+            _check_range("--layers", self.layers, max(layers_per_stack[s] for s in stacks), "layers")
+        if self.heads is not None and num_heads is not None:
+            _check_range("--heads", self.heads, num_heads, "heads")
+
+    def head_indices(self, num_heads: int) -> tuple[int, ...] | None:
+        """The selected heads as ``0..num_heads-1`` (negative ones counted from the end), or None for all."""
+        if self.heads is None:
+            return None
+        return tuple(_normalize(h, num_heads) for h in self.heads)
+
     def accepts(self, site: Site, num_layers: int) -> bool:
-        """Whether ``site`` (in a stack of ``num_layers`` layers) is selected."""
+        """Whether ``site`` (in a stack of ``num_layers`` layers) is selected; out-of-range layers select nothing."""
         if self.stacks is not None and site.stack not in self.stacks:
             return False
         if self.layers is not None:
-            wanted = {layer % num_layers for layer in self.layers}
+            wanted = {_normalize(layer, num_layers) for layer in self.layers}
             if site.layer not in wanted:
                 return False
         if self.names is not None and not any(fnmatch.fnmatch(site.name, p) for p in self.names):
@@ -36,16 +73,34 @@ class Selection:
         return True
 
 
-def parse_layers(text: str | None) -> tuple[int, ...] | None:
-    """Parse ``"0,2,5-8,-1"`` into layer indices; None or ``"all"`` means all layers."""
+def parse_indices(text: str | None, flag: str = "--layers") -> tuple[int, ...] | None:
+    """Parse ``"0,2,5-8,-1"`` into indices; None or ``"all"`` means all. UsageError names ``flag`` on bad text."""
     if text is None or text.strip().lower() in ("", "all"):
         return None
     out: list[int] = []
     for part in text.split(","):
         part = part.strip()
-        if "-" in part[1:]:
-            lo, hi = part[0] + part[1:].split("-", 1)[0], part[1:].split("-", 1)[1]
-            out.extend(range(int(lo), int(hi) + 1))
-        else:
-            out.append(int(part))
+        try:
+            if "-" in part[1:]:
+                cut = part.index("-", 1)
+                lo, hi = int(part[:cut]), int(part[cut + 1:])
+                if hi < lo:
+                    raise UsageError(f"{flag} {part} is a reversed range: write {hi}-{lo}")
+                out.extend(range(lo, hi + 1))
+            else:
+                out.append(int(part))
+        except ValueError as err:
+            if isinstance(err, UsageError):
+                raise
+            raise UsageError(f"{flag} {text!r} is not a list of indices: write e.g. 0,2,5-8,-1") from None
     return tuple(out)
+
+
+def parse_layers(text: str | None) -> tuple[int, ...] | None:
+    """Parse a ``--layers`` value (``"0,2,5-8,-1"``, ``"all"``)."""
+    return parse_indices(text, "--layers")
+
+
+def parse_heads(text: str | None) -> tuple[int, ...] | None:
+    """Parse a ``--heads`` value (``"0,2,5-8,-1"``, ``"all"``)."""
+    return parse_indices(text, "--heads")

@@ -35,10 +35,13 @@ class CaptureSession:
         example_ids: torch.Tensor,
         selection: Selection = Selection(),
         options: CaptureOptions = CaptureOptions(),
+        num_heads: int | None = None,
     ) -> None:
+        """Raises UsageError before any forward when ``selection`` names layers/heads the model lacks."""
         layers_per_stack: dict[str, int] = {}
         for site, _ in sites:
             layers_per_stack[site.stack] = max(layers_per_stack.get(site.stack, 0), site.layer + 1)
+        selection.validate(layers_per_stack, num_heads)
         self._sites = {
             id(module): site
             for site, module in sites
@@ -47,8 +50,9 @@ class CaptureSession:
         self.sink = sink
         self.layout = layout
         self.example_ids = example_ids
-        self.heads = selection.heads
+        self.heads = selection.heads if num_heads is None else selection.head_indices(num_heads)
         self.options = options
+        self.scratch: dict = {}  # per-forward cache of the attention function (visibility per mask and chunk)
         self._heads_cache: dict[torch.device, torch.Tensor] = {}
 
     @property
@@ -68,7 +72,8 @@ class CaptureSession:
             self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
         return self._heads_cache[device]
 
-    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor, query_start: int = 0) -> None:
+    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor, query_start: int = 0,
+             scores: torch.Tensor | None = None, log_norm: torch.Tensor | None = None) -> None:
         """Build the event for ``probs`` [B, H, q, K] (queries ``query_start:query_start+q``) and hand it on."""
         heads = self.heads_tensor(probs.device)
         if heads is None:
@@ -86,7 +91,7 @@ class CaptureSession:
             layout = Layout(SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]),
                             layout.k)
         self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids,
-                                         query_start, q_total))
+                                         query_start, q_total, scores, log_norm))
 
 
 def current() -> CaptureSession | None:

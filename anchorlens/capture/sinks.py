@@ -53,15 +53,20 @@ class MapSink:
             self._tokens[ex] = seqs
 
     def consume(self, event: AttentionEvent) -> None:
-        """Store the valid part of each example's map at this site."""
+        """Store the valid part of each example's map at this site; query chunks are assembled in order."""
         for row, ex in enumerate(event.example_ids.tolist()):
             if ex not in self._parts and len(self._parts) >= self.max_examples:
                 continue
             qv = event.layout.q.valid[row]
             kv = event.layout.k.valid[row]
-            probs = event.probs[row][:, qv][:, :, kv].detach().cpu().clone()
-            entry = (probs, event.heads.tolist(), event.layout.q.roles[row][qv].cpu(), event.layout.k.roles[row][kv].cpu())
-            self._parts.setdefault(ex, {}).setdefault(event.stack, {})[event.layer] = entry
+            probs = event.probs[row][:, qv][:, :, kv].detach().cpu().clone()  # [H, q_valid, K_valid]
+            q_roles = event.layout.q.roles[row][qv].cpu()
+            site = self._parts.setdefault(ex, {}).setdefault(event.stack, {})
+            if not event.is_first_chunk and event.layer in site:
+                prev_probs, heads, prev_roles, k_roles = site[event.layer]
+                probs = torch.cat([prev_probs, probs], dim=1)
+                q_roles = torch.cat([prev_roles, q_roles])
+            site[event.layer] = (probs, event.heads.tolist(), q_roles, event.layout.k.roles[row][kv].cpu())
 
     def maps(self, stack_sequences: dict[str, tuple[str, str]]) -> list[AttentionMaps]:
         """The collected maps, one ``AttentionMaps`` per example, in arrival order."""

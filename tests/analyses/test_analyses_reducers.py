@@ -8,12 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from analyses_helpers import CAP, CON, STR, hand_event, lookup, make_event, random_event, split_event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import anchorlens.analyses as A
-from anchorlens.capture.reducer import Reducer, make_reducer, reducer_names
-from analyses_helpers import CAP, CON, STR, hand_event, lookup, make_event, random_event, split_event
+from anchorlens.analyses.registry import make_reducer, reducer_names
+from anchorlens.capture.reducer import Reducer
 
 
 def feed(name: str, events, **options):
@@ -268,3 +269,45 @@ def test_properties(seed, b, h, t, left, causal, nan_pad, scale):
     n_valid = ev.layout.q.valid.sum(1)
     ex_with_queries = set(ev.example_ids[n_valid > 0].tolist())
     assert set(df["example"]) == ex_with_queries
+
+
+def test_make_reducer_works_in_a_fresh_process():
+    """Bug (issue 10): make_reducer("role_flow") said "none registered" unless analyses was imported."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("from anchorlens.analyses.registry import make_reducer\n"
+            "print(*(make_reducer(n).name for n in ('role_flow', 'first_token', 'entropy')))")
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)
+    assert out.stdout.split() == ["role_flow", "first_token", "entropy"]
+
+
+def test_unknown_reducer_name_is_unknown_name_error():
+    from anchorlens.errors import UnknownNameError
+
+    with pytest.raises(UnknownNameError, match=r"unknown reducer 'nope': choose one of .*role_flow"):
+        make_reducer("nope")
+
+
+@pytest.mark.parametrize("name", ["role_flow", "first_token", "entropy"])
+def test_shifted_scores_give_the_same_state_as_probabilities_alone(name):
+    """Captured events carry shifted logits (entropy without a logarithm); the result equals xlogy on probs."""
+    from dataclasses import replace
+
+    from anchorlens.capture.attention_fn import AttentionCall, chunk_probs
+
+    event = random_event(seed=3)
+    b, h, q, k = event.probs.shape
+    g = torch.Generator().manual_seed(0)
+    query, key = torch.randn(b, h, q, 8, generator=g) * 2, torch.randn(b, h, k, 8, generator=g) * 2
+    mask = event.visible.expand(b, 1, q, k)
+    call = AttentionCall(query, key, key, mask, 0.5, False, None, None, None, None)
+    probs, scores, log_norm, _ = chunk_probs(call, 0, q, None)
+    with_scores = replace(event, probs=probs, scores=scores, log_norm=log_norm, cache={})
+    without = replace(event, probs=probs, scores=None, log_norm=None, cache={})
+    a, b_ = feed(name, [with_scores]).frame(), feed(name, [without]).frame()
+    pd.testing.assert_frame_equal(a.reset_index(drop=True), b_.reset_index(drop=True), rtol=0, atol=2e-6)

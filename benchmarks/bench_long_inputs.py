@@ -1,0 +1,120 @@
+"""Long inputs: capture time and peak memory vs a plain forward and vs eager, as the input grows.
+
+SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) per mode, each in a
+fresh process, interleaved over ``--repeats`` rounds: ``plain`` (sdpa, LM head skipped), ``eager``
+(eager + output_attentions; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need
+30·9·T²·4 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget).
+Reported: CPU time ratio to plain and peak RSS above the loaded model (MiB), per T.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_long_inputs.py [--lengths 256,512,1024,2048,4096]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def synthetic_batch(base, length: int):
+    """One Encoded input of ``length`` tokens: a structural frame around random content tokens."""
+    from anchorlens.roles.encoding import Encoded
+
+    g = torch.Generator().manual_seed(length)
+    ids = torch.randint(100, 40000, (1, length), generator=g)
+    roles = torch.full((1, length), 2, dtype=torch.long)
+    roles[:, :8] = 1
+    roles[:, -8:] = 1
+    roles[:, 0] = 0
+    return Encoded(ids, torch.ones(1, length, dtype=torch.long), roles, [[""] * length], [["t"] * length],
+                   torch.arange(1))
+
+
+def child(mode: str, length: int, out: Path) -> None:
+    """Measure one mode at one length in this fresh process."""
+    from anchorlens.analyses import default_reducers
+    from anchorlens.capture.collect import stream_statistics
+    from anchorlens.models.loading import load_base
+
+    base = load_base("smollm2-135m")
+    batch = synthetic_batch(base, length)
+    warm = synthetic_batch(base, 16)
+    with torch.no_grad():
+        base.forward(warm, logits_to_keep=1)
+    loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    def run(b):
+        if mode == "plain":
+            base.model.set_attn_implementation("sdpa")
+            with torch.no_grad():
+                base.forward(b, logits_to_keep=1)
+        elif mode == "eager":
+            base.model.set_attn_implementation("eager")
+            with torch.no_grad():
+                base.forward(b, logits_to_keep=1, output_attentions=True)
+        else:
+            stream_statistics(base, [b], default_reducers())
+
+    run(warm)
+    cpu, wall = time.process_time(), time.perf_counter()
+    run(batch)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.write_text(json.dumps({"cpu": cpu, "wall": wall, "peak_mib": peak, "above_model_mib": peak - loaded}))
+
+
+def main() -> None:
+    """Run the grid and print one table row per length."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child")
+    parser.add_argument("--length", type=int)
+    parser.add_argument("--out")
+    parser.add_argument("--lengths", default="256,512,1024,2048,4096")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--eager-max", type=int, default=2048)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.child:
+        child(args.child, args.length, Path(args.out))
+        return
+    lengths = [int(x) for x in args.lengths.split(",")]
+    rows: dict[tuple[str, int], list[dict]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for length in lengths:
+                for mode in ("plain", "eager", "fast"):
+                    if mode == "eager" and length > args.eager_max:
+                        continue
+                    out = Path(tmp) / f"{mode}-{length}-{r}.json"
+                    subprocess.run([sys.executable, __file__, "--child", mode, "--length", str(length), "--out",
+                                    str(out), "--threads", str(args.threads)], check=True)
+                    rows.setdefault((mode, length), []).append(json.loads(out.read_text()))
+                    print(f"round {r} T={length} {mode}: {rows[(mode, length)][-1]}", flush=True)
+
+    def med(mode: str, length: int, key: str) -> float | None:
+        got = rows.get((mode, length))
+        return statistics.median(x[key] for x in got) if got else None
+
+    print(f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds")
+    print("| T | capture CPU / plain | eager CPU / plain | capture / eager | peak RSS above model: plain / capture / eager (MiB) |")
+    print("|---|---|---|---|---|")
+    for length in lengths:
+        p, c, e = (med(m, length, "cpu") for m in ("plain", "fast", "eager"))
+        mp, mc, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "eager"))
+        assert p is not None and c is not None and mp is not None and mc is not None
+        eager_ratio = "-" if e is None else f"{e / p:.2f}x"
+        vs_eager = "-" if e is None else f"{c / e:.2f}x"
+        print(f"| {length} | {c / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
+              f"{'-' if me is None else f'{me:.0f}'} |")
+
+
+if __name__ == "__main__":
+    main()

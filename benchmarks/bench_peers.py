@@ -1,0 +1,183 @@
+"""Peer benchmark: anchorlens capture against a plain forward, HF eager attentions and (if installed) peers.
+
+Every mode runs in its own fresh process on the embedded SmolLM2-135M and the first 64 real RTE training
+examples (batch 8, length-sorted), interleaved over ``--repeats`` rounds. Reported per mode: median
+CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS, and the largest
+|Δ| of per-example, per-layer, per-head first-token mass against HF eager ``output_attentions``.
+
+Modes: ``plain`` (sdpa, ``logits_to_keep=1``), ``eager`` (eager + output_attentions, every layer's
+first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchorlens streaming with the
+default reducers), ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
+``transformerlens`` only when importable (optional extras, never installed by anchorlens).
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 3] [--threads 1]``.
+The machine may be shared: compare the ratios measured side by side, not absolute times.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+RTE = Path("/work/shared/data/superglue/RTE/train.jsonl")
+N_EXAMPLES, BATCH = 64, 8
+
+
+def rte_batches(base, n: int = N_EXAMPLES, batch_size: int = BATCH):
+    """Encoded, length-sorted batches of the first ``n`` RTE training examples."""
+    from anchorlens.capture.collect import encode_batches
+    from anchorlens.tasks.jsonl import load_examples
+    from anchorlens.tasks.registry import get_task
+
+    examples = load_examples(RTE, "rte", limit=n)
+    return list(encode_batches(base, examples, get_task("rte").template, batch_size=batch_size))
+
+
+def first_token_from_maps(attentions, attention_mask: torch.Tensor) -> np.ndarray:
+    """[B, L, H] mean mass on the first valid key over valid queries, from per-layer maps [B, H, Q, K]."""
+    valid = attention_mask.bool()
+    first = valid.long().argmax(1)  # [B]
+    out = []
+    for att in attentions:
+        b, h, q, _ = att.shape
+        mass = att.float().gather(-1, first.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, Q]
+        w = valid[:, None, :].float()
+        out.append(((mass * w).sum(-1) / w.sum(-1)).numpy())
+    return np.stack(out, axis=1)
+
+
+def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarray]:
+    """example id -> [L, H] first-token mass (query role ``all``) from a first_token reducer frame."""
+    rows = frame[(frame["metric"] == "first_token_mass") & (frame["query_role"] == "all")]
+    out: dict[int, np.ndarray] = {}
+    for ex, part in rows.groupby("example"):
+        arr = np.zeros((n_layers, n_heads))
+        arr[part["layer"].to_numpy(), part["head"].to_numpy()] = part["value"].to_numpy()
+        out[int(ex)] = arr
+    return out
+
+
+def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
+    """Run one mode over all batches; (cpu seconds, wall seconds, example -> [L, H] first-token mass)."""
+    from anchorlens.analyses import default_reducers
+    from anchorlens.capture.collect import collect_maps, stream_statistics
+    from anchorlens.capture.options import CaptureOptions
+    from anchorlens.models.loading import load_base
+
+    base = load_base("smollm2-135m")
+    batches = rte_batches(base)
+    cfg: Any = base.model.config
+    layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
+    masses: dict[int, np.ndarray] = {}
+
+    def plain(bs):
+        base.model.set_attn_implementation("sdpa")
+        with torch.no_grad():
+            for b in bs:
+                base.forward(b, logits_to_keep=1)
+
+    def eager(bs):
+        base.model.set_attn_implementation("eager")
+        with torch.no_grad():
+            for b in bs:
+                out = base.forward(b, logits_to_keep=1, output_attentions=True)
+                m = first_token_from_maps(out.attentions, b.attention_mask)
+                masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
+
+    def streaming(bs, which):
+        reducers = default_reducers()
+        stream_statistics(base, bs, reducers, options=CaptureOptions(mode=which))
+        masses.update(masses_from_frame(reducers[1].frame(), layers, heads))
+
+    def maps(bs):
+        for amap in collect_maps(base, bs, max_examples=len(bs) * BATCH):
+            sm = amap["decoder"]
+            q = sm.probs.shape[2]
+            masses[amap.example_id] = sm.probs[:, :, :, 0].sum(-1).numpy() / q
+
+    def peer(bs, name):
+        raise SystemExit(f"{name}: not measured here (install it in a separate venv and add its loop)")
+
+    fns = {"plain": plain, "eager": eager, "fast": lambda bs: streaming(bs, "fast"),
+           "strict": lambda bs: streaming(bs, "strict"), "maps": maps}
+    fn = fns[mode] if mode in fns else (lambda bs: peer(bs, mode))
+    fn(batches[:1])  # warm-up: installs functions, allocator, threads
+    masses.clear()
+    cpu, wall = time.process_time(), time.perf_counter()
+    fn(batches)
+    return time.process_time() - cpu, time.perf_counter() - wall, masses
+
+
+def child(mode: str, out: Path) -> None:
+    """Measure one mode in this (fresh) process and write its numbers and masses."""
+    cpu, wall, masses = run_mode(mode)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    if masses:
+        ids = sorted(masses)
+        np.save(out.with_suffix(".npy"), np.stack([masses[i] for i in ids]))
+    out.write_text(json.dumps({"mode": mode, "cpu": cpu, "wall": wall, "rss_mib": rss}))
+
+
+def available_modes() -> list[str]:
+    """The built-in modes plus peers that can be imported here."""
+    modes = ["plain", "eager", "fast", "strict", "maps"]
+    if importlib.util.find_spec("nnsight") is not None:
+        print("nnsight is importable but its loop is not implemented in this benchmark; skipped")
+    if importlib.util.find_spec("transformer_lens") is not None:
+        print("TransformerLens is importable but its loop is not implemented in this benchmark; skipped")
+    return modes
+
+
+def main() -> None:
+    """Run every mode in its own process, interleaved, and print the table."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child")
+    parser.add_argument("--out")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--modes", default=None, help="comma-separated subset of modes")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if args.child:
+        child(args.child, Path(args.out))
+        return
+    modes = args.modes.split(",") if args.modes else available_modes()
+    results: dict[str, list[dict]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for mode in modes:
+                out = Path(tmp) / f"{mode}-{r}.json"
+                subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out), "--threads",
+                                str(args.threads)], check=True)
+                results[mode].append(json.loads(out.read_text()))
+                print(f"round {r} {mode}: {results[mode][-1]}", flush=True)
+        eager = np.load(Path(tmp) / "eager-0.npy") if "eager" in modes else None
+        deltas = {}
+        for mode in modes:
+            path = Path(tmp) / f"{mode}-0.npy"
+            deltas[mode] = float(np.abs(np.load(path) - eager).max()) if eager is not None and path.exists() else None
+    med = {m: {k: statistics.median(x[k] for x in rows) for k in ("cpu", "wall", "rss_mib")} for m, rows in results.items()}
+    base_cpu, base_wall = med["plain"]["cpu"], med["plain"]["wall"]
+    print(f"\nSmolLM2-135M, {N_EXAMPLES} RTE examples, batch {BATCH}, {args.threads} thread(s), "
+          f"median of {args.repeats} interleaved rounds, each mode in its own process")
+    print("| mode | CPU time vs plain | wall vs plain | peak RSS (MiB) | max abs Δ first-token mass vs eager |")
+    print("|---|---|---|---|---|")
+    for mode in modes:
+        d = deltas[mode]
+        print(f"| {mode} | {med[mode]['cpu'] / base_cpu:.3f}x | {med[mode]['wall'] / base_wall:.3f}x | "
+              f"{med[mode]['rss_mib']:.0f} | {'-' if d is None else f'{d:.1e}'} |")
+
+
+if __name__ == "__main__":
+    main()
