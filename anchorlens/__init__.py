@@ -32,8 +32,8 @@ _EXPORTS: dict[str, str] = {
     # capture and statistics
     "Selection": "anchorlens.capture.selection",
     "AttentionMaps": "anchorlens.capture.maps",
-    "make_reducer": "anchorlens.capture.reducer",
-    "register_reducer": "anchorlens.capture.reducer",
+    "make_reducer": "anchorlens.analyses.registry",
+    "register_reducer": "anchorlens.analyses.registry",
     "metrics_frame": "anchorlens.analyses",
     "capture_statistics": "anchorlens.workflows.statistics",
     # workflows

@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
 Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy`` and ``decomposition``
-with :func:`anchorlens.capture.reducer.make_reducer`.
+with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 from __future__ import annotations
 

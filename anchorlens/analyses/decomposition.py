@@ -34,7 +34,7 @@ from anchorlens.analyses.base import SiteReducer, mean_of, role_onehot
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.table import SiteTable
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.capture.reducer import register_reducer
+from anchorlens.analyses.registry import register_reducer
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
 
 SINK = "sink"

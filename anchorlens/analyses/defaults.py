@@ -1,7 +1,8 @@
 """The reducer set every workflow streams by default."""
 from __future__ import annotations
 
-from anchorlens.capture.reducer import Reducer, make_reducer
+from anchorlens.analyses.registry import make_reducer
+from anchorlens.capture.reducer import Reducer
 
 DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy", "decomposition")
 

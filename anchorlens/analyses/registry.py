@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
-from anchorlens.capture import reducer as _protocol
 from anchorlens.capture.reducer import Reducer
 from anchorlens.errors import UnknownNameError, UsageError
 
@@ -40,5 +39,3 @@ def reducer_names() -> list[str]:
     """Names of all registered reducers."""
     return sorted(_REGISTRY)
 
-
-_protocol._attach_registry(register_reducer, make_reducer, reducer_names)

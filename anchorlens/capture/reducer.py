@@ -5,13 +5,11 @@ built-in reducers, so that ``make_reducer("role_flow")`` works in a fresh proces
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import pandas as pd
 
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.errors import UsageError
 
 
 @runtime_checkable
@@ -47,35 +45,3 @@ class Reducer(Protocol):
     def frame(self) -> pd.DataFrame:
         """Tidy long-format rows: example, stack, layer, head, metric[, query_role, key_role], value."""
         ...
-
-
-# --- Transitional aliases (issue 10): remove once every caller imports register_reducer, make_reducer
-# and reducer_names from anchorlens.analyses.registry. They forward to that registry once it is loaded
-# (capture may not import analyses) and otherwise say where the registry moved.
-_REGISTRY_FUNCTIONS: dict[str, Callable] = {}
-
-
-def _attach_registry(register: Callable, make: Callable, names: Callable) -> None:
-    """Called by anchorlens.analyses.registry when it loads."""
-    _REGISTRY_FUNCTIONS.update(register_reducer=register, make_reducer=make, reducer_names=names)
-
-
-def _forward(name: str) -> Callable:
-    if name not in _REGISTRY_FUNCTIONS:
-        raise UsageError(f"{name} moved to anchorlens.analyses.registry: import it from there")
-    return _REGISTRY_FUNCTIONS[name]
-
-
-def register_reducer(name: str) -> Callable:
-    """Deprecated alias of :func:`anchorlens.analyses.registry.register_reducer`."""
-    return _forward("register_reducer")(name)
-
-
-def make_reducer(name: str, **options) -> Reducer:
-    """Deprecated alias of :func:`anchorlens.analyses.registry.make_reducer`."""
-    return _forward("make_reducer")(name, **options)
-
-
-def reducer_names() -> list[str]:
-    """Deprecated alias of :func:`anchorlens.analyses.registry.reducer_names`."""
-    return _forward("reducer_names")()

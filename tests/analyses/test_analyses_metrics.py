@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 import anchorlens.analyses as A
-from anchorlens.capture.reducer import make_reducer
+from anchorlens.analyses.registry import make_reducer
 from analyses_helpers import hand_event, lookup
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from anchorlens.analyses import structural_attention
 from anchorlens.analyses.decomposition import DecompositionReducer
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.capture.reducer import make_reducer
+from anchorlens.analyses.registry import make_reducer
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import Layout, SequenceRoles
 
