@@ -1,7 +1,7 @@
 """Per-example, per-head sum tables: the whole state of a metric reducer at one site."""
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import torch
 
@@ -46,7 +46,7 @@ class SiteTable:
             value = value.detach().to(device="cpu", dtype=torch.float64)
             self.arrays[name].index_put_((r, c), value, accumulate=True)
 
-    def merge(self, other: "SiteTable") -> None:
+    def merge(self, other: SiteTable) -> None:
         """Add another table's sums (same shapes) into this one."""
         if other.shapes != self.shapes:
             raise ValueError(f"cannot merge tables of shapes {other.shapes} into {self.shapes}")
@@ -62,7 +62,7 @@ class SiteTable:
         }
 
     @classmethod
-    def from_state(cls, shapes: Mapping[str, tuple[int, ...]], state: Mapping) -> "SiteTable":
+    def from_state(cls, shapes: Mapping[str, tuple[int, ...]], state: Mapping) -> SiteTable:
         """Rebuild a table from ``state()`` output."""
         table = cls(shapes)
         arrays = state["arrays"]

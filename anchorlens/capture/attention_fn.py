@@ -33,8 +33,9 @@ from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
-# float32 buffers of size [B, H, q, K] alive at once while a chunk is processed (scores, probs, temporaries)
-_BUFFERS_PER_CHUNK = 3
+# float32 buffers of size [B, H, q, K] alive at once per chunk: scores, probs, the softmax temporary, and a
+# reducer temporary (p·scores for entropy)
+_BUFFERS_PER_CHUNK = 4
 
 
 @dataclass(frozen=True)
