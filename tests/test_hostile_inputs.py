@@ -1,8 +1,7 @@
 """Hostile files and arguments (issue 12): one ``error:`` line naming the problem, exit 2, nothing under --out.
 
 Driven by one table: a case is a row (CLI args, input files to create, expected message regex).
-``{d}`` in args and message is the case's input folder. A row whose fix lives in another branch
-carries ``needs=``: it is a strict xfail until that branch is merged, so the lead sees it flip.
+``{d}`` in args and message is the case's input folder.
 """
 from __future__ import annotations
 
@@ -35,7 +34,6 @@ class Case:
     args: tuple[str, ...]
     message: str
     files: Files | None = None
-    needs: str | None = None  # the branch that fixes it (strict xfail until merged)
     out_exists: bool = False  # --out exists beforehand and must stay untouched
 
 
@@ -182,7 +180,7 @@ CASES = [
          jsonl("a.jsonl", UNLABELLED, GOOD)),
     Case("train-eval-unlabelled", (*TRAIN, "--eval", "{d}/a.jsonl"), r"{d}/a.jsonl:1: missing field 'label'",
          jsonl("a.jsonl", UNLABELLED)),
-    Case("sweep-unlabelled", ("sweep", "instance", *TINY, "--k", "0,1", "--data", "{d}/a.jsonl"),
+    Case("sweep-unlabelled", ("sweep", "instance", "--ckpt", "base", *TINY, "--k", "0,1", "--data", "{d}/a.jsonl"),
          r"{d}/a.jsonl:1: missing field 'label'", jsonl("a.jsonl", UNLABELLED)),
     # arguments
     Case("unknown-task", (*CAPTURE, "--task", "glue"), r"unknown task 'glue'; known tasks: rte"),
@@ -194,10 +192,10 @@ CASES = [
     Case("unknown-method-option", ("capture", "--ckpt", "instance:z=3", *TINY), r"unknown option 'z=3'.*valid options"),
     Case("position-beyond", ("compare", "--ckpt", "base", "--ckpt", "capsule:pos=5000", *TINY, "--n", "2"), r"beyond"),
     Case("layers-syntax", (*COMPARE, "--layers", "x-y"), r"cannot parse --layers 'x-y'"),
-    Case("k-syntax", ("sweep", "instance", *TINY, "--k", "one"), r"--k must be comma-separated integers"),
+    Case("k-syntax", ("sweep", "instance", "--ckpt", "base", *TINY, "--k", "one"), r"--k must be comma-separated integers"),
     Case("existing-out", COMPARE, r"(already exists|is not empty).*(--force|another --out)", out_exists=True),
     Case("out-under-a-file", (*COMPARE, "--out", "{d}/file/out"),
-         r"cannot use --out {d}/file/out: a parent is a file, not a directory", regular_file("file")),
+         r"cannot write {d}/file/out: {d}/file is a file, not a directory", regular_file("file")),
     Case("figures-no-run", ("figures", "{d}/nope"), r"cannot read the compare run {d}/nope: no such file or directory"),
     Case("dtype-unknown", (*CAPTURE, "--dtype", "float8"), r"unknown dtype 'float8'"),
     # checkpoint files handled today
@@ -206,40 +204,35 @@ CASES = [
     Case("checkpoint-other-base", ("capture", "--ckpt", "{d}/ckpt", "--base", "tiny-t5"),
          r"trained on 'tiny-llama'.*load it with its own base", checkpoint(set_meta())),
     # selections out of range (issue 12/14): validated in capture/ by wt-capture
-    Case("layers-99", (*CAPTURE, "--layers", "99"), r"--layers.*(range|0-3|4 layers)", needs="wt-capture"),
-    Case("layers-minus-5", (*CAPTURE, "--layers=-5"), r"--layers.*(range|0-3|4 layers)", needs="wt-capture"),
-    Case("heads-5-20", (*CAPTURE, "--heads", "5-20"), r"--heads.*(range|0-3|4 heads)", needs="wt-capture"),
+    Case("layers-99", (*CAPTURE, "--layers", "99"), r"--layers.*(range|0-3|4 layers)"),
+    Case("layers-minus-5", (*CAPTURE, "--layers=-5"), r"--layers.*(range|0-3|4 layers)"),
+    Case("heads-5-20", (*CAPTURE, "--heads", "5-20"), r"--heads.*(range|0-3|4 heads)"),
     # checkpoint files (issue 12): a schema for anchorlens.json in methods/ (wt-methods)
-    Case("meta-methods-object", CKPT, r"anchorlens.json.*'methods'",
-         checkpoint(lambda meta, _p: meta.update(methods=meta["methods"][0])), needs="wt-methods"),
-    Case("meta-seed-string", CKPT, r"anchorlens.json.*'seed'", checkpoint(set_meta(seed="eight")), needs="wt-methods"),
-    Case("meta-base-list", CKPT, r"anchorlens.json.*'base'", checkpoint(set_meta(base=["tiny-llama"])),
-         needs="wt-methods"),
-    Case("meta-options-null", CKPT, r"anchorlens.json.*'options'",
-         checkpoint(lambda meta, _p: meta["methods"][0].update(options=None)), needs="wt-methods"),
-    Case("meta-option-type", CKPT, r"anchorlens.json.*'n'", checkpoint(set_option(n="eight")), needs="wt-methods"),
-    Case("format-version-true", CKPT, r"format_version.*positive integer", checkpoint(set_meta(format_version=True)),
-         needs="wt-methods"),
-    Case("format-version-negative", CKPT, r"format_version.*positive integer", checkpoint(set_meta(format_version=-7)),
-         needs="wt-methods"),
-    Case("meta-unknown-option", CKPT, r"unknown option 'zz'.*knows", checkpoint(set_option(zz=1)), needs="wt-methods"),
+    Case("meta-methods-object", CKPT, r"anchorlens.json.*\bmethods\b",
+         checkpoint(lambda meta, _p: meta.update(methods=meta["methods"][0]))),
+    Case("meta-seed-string", CKPT, r"anchorlens.json.*\bseed\b", checkpoint(set_meta(seed="eight"))),
+    Case("meta-base-list", CKPT, r"anchorlens.json.*\bbase\b", checkpoint(set_meta(base=["tiny-llama"]))),
+    Case("meta-options-null", CKPT, r"anchorlens.json.*\boptions\b",
+         checkpoint(lambda meta, _p: meta["methods"][0].update(options=None))),
+    Case("meta-option-type", CKPT, r"anchorlens.json.*\bn\b", checkpoint(set_option(n="eight"))),
+    Case("format-version-true", CKPT, r"format_version.*(positive )?integer", checkpoint(set_meta(format_version=True))),
+    Case("format-version-negative", CKPT, r"format_version.*(positive )?integer", checkpoint(set_meta(format_version=-7))),
+    Case("meta-unknown-option", CKPT, r"unknown option 'zz'.*knows", checkpoint(set_option(zz=1))),
     # 10^12 rather than the issue's 10^8: refused today only by the allocator, never by an OOM kill of the test run
-    Case("huge-prompt", CKPT, r"(GB|GiB|bytes)", checkpoint(set_option(n=10**12)), needs="wt-methods"),
-    Case("nan-tensor", CKPT, r"0\.prompt.*(NaN|finite)", checkpoint(nan_prompt), needs="wt-methods"),
-    Case("int-tensor", CKPT, r"0\.prompt.*(integer|dtype|floating)", checkpoint(int_prompt), needs="wt-methods"),
-    Case("peft-fewer-virtual-tokens", PEFT, r"num_virtual_tokens", peft_adapter(4, num_virtual_tokens=2),
-         needs="wt-methods"),
+    Case("huge-prompt", CKPT, r"(GB|GiB|TiB|bytes)", checkpoint(set_option(n=10**12))),
+    Case("nan-tensor", CKPT, r"0\.prompt.*(NaN|finite)", checkpoint(nan_prompt)),
+    Case("int-tensor", CKPT, r"0\.prompt.*(integer|dtype|floating)", checkpoint(int_prompt)),
+    Case("peft-fewer-virtual-tokens", PEFT, r"num_virtual_tokens", peft_adapter(4, num_virtual_tokens=2)),
     Case("peft-other-base", PEFT, r"(--allow-other-base|another base|4096)",
-         peft_adapter(2, token_dim=4096, base_model_name_or_path="meta-llama/Llama-2-7b-hf"), needs="wt-methods"),
+         peft_adapter(2, token_dim=4096, base_model_name_or_path="meta-llama/Llama-2-7b-hf")),
     Case("remote-code-base", ("capture", "--ckpt", "base", "--base", "{d}/remote"), r"never runs remote code",
-         remote_code_base, needs="wt-models"),
+         remote_code_base),
 ]
 
 
 def _params() -> list:
-    """Cases as pytest params; rows fixed in another branch are strict xfails naming it."""
-    return [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(strict=True, reason=f"needs {c.needs}")] if c.needs else [])
-            for c in CASES]
+    """Cases as pytest params, named by their id."""
+    return [pytest.param(c, id=c.id) for c in CASES]
 
 
 def error_line(output: str) -> str:

@@ -86,8 +86,6 @@ def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool
         rendered = []
         if figures:
             rendered = write_figures(result, tmp / "figures")
-            # a manifest marks figures/ as anchorlens's own, so `anchorlens figures RUN --force` may redraw it
-            write_manifest(tmp / "figures", "figures", source=str(Path(claim.path).absolute()), figures=len(rendered))
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
         md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "

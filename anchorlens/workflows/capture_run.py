@@ -21,6 +21,7 @@ import torch
 from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens.atomic import atomic_write
 from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
@@ -156,6 +157,7 @@ def run_capture(
 
         torch.manual_seed(seed)
         model = load_guided(ckpt, load_base(base, dtype=dtype, device=device))
+        check_selection(model, selection)  # out-of-range --layers/--heads: one line before any work
         base_obj = model.base
         anchors = model.anchors()
         entropy_anchor = model.entropy_anchor() or "capsule"

@@ -12,6 +12,7 @@ from anchorlens.analyses.frames import concat_frames
 from anchorlens.analyses.headline import HEADLINE, anchor_metrics
 from anchorlens.capture.collect import collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
+from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
@@ -81,6 +82,7 @@ def compare(
     shared = load_base(base, dtype=dtype, device=device)
     models = {name: load_guided(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
     for model in models.values():
+        check_selection(model, selection)
         validate_positions(model, inputs, batch_size)
     frames, maps, params = {}, {}, {}
     for name, model in models.items():

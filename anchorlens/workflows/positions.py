@@ -9,6 +9,7 @@ import pandas as pd
 
 from anchorlens.analyses.headline import anchor_metrics
 from anchorlens.analyses.stats import summarize
+from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
@@ -75,6 +76,7 @@ def sweep_positions(
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n)
     model = load_guided(spec, load_base(base, dtype=dtype, device=device))
+    check_selection(model, selection)
     anchor = ""
     for position in positions:
         anchor = _move(model, position)
