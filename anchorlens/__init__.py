@@ -3,6 +3,7 @@
 The public API is re-exported here and imported lazily, so ``import anchorlens`` (and the CLI's
 ``--help``) stays fast; the first attribute access imports torch and transformers.
 """
+
 from __future__ import annotations
 
 import importlib

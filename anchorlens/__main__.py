@@ -1,4 +1,5 @@
 """``python -m anchorlens`` (also under torchrun)."""
+
 from anchorlens.cli import main
 
 main()

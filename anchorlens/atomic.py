@@ -5,6 +5,7 @@ the model cache). A temporary directory records its owner (pid, host) so a later
 the leftovers of a killed one (:func:`clean_stale_temps`). OS errors become one-line
 :class:`~anchorlens.errors.PathError` messages naming the path (:func:`os_errors`).
 """
+
 from __future__ import annotations
 
 import errno
@@ -238,8 +239,10 @@ def atomic_dir(path: str | Path, *, replace: bool | Callable[[Path], bool] = Fal
             if exists and not (replace(target) if callable(replace) else replace):
                 kept = target.with_name(f"{target.name}.kept-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
                 tmp.rename(kept)
-                raise PathError(f"{target} was changed by someone else while this run was writing; "
-                                f"this run's result is kept in {kept}")
+                raise PathError(
+                    f"{target} was changed by someone else while this run was writing; "
+                    f"this run's result is kept in {kept}"
+                )
             _replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,6 +4,7 @@ The CLI prints a ``UsageError`` (and its subclasses) as one line and exits with 
 code raises these, never a bare ``ValueError``/``KeyError`` for bad input, so no workflow has to
 rewrap exceptions by hand.
 """
+
 from __future__ import annotations
 
 

@@ -7,6 +7,7 @@ logs of batch jobs and CI show where the time goes without one line per batch. A
 within ``delay_s`` (1 s) prints nothing, and one stopped by a usage error prints no ``stopped`` line
 (the error line says why), so quick work and refusals stay one line. Layer 0: imports only errors.
 """
+
 from __future__ import annotations
 
 import sys
@@ -43,9 +44,18 @@ def _format_seconds(seconds: float) -> str:
 class Stage:
     """One named stage of work with an optional item count; see :func:`stage`."""
 
-    def __init__(self, name: str, total: int | None = None, *, unit: str = "ex", stream: IO[str] | None = None,
-                 enabled: bool = True, every_s: float = DEFAULT_EVERY_S, delay_s: float = DEFAULT_DELAY_S,
-                 bar: bool | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        total: int | None = None,
+        *,
+        unit: str = "ex",
+        stream: IO[str] | None = None,
+        enabled: bool = True,
+        every_s: float = DEFAULT_EVERY_S,
+        delay_s: float = DEFAULT_DELAY_S,
+        bar: bool | None = None,
+    ) -> None:
         """Start the stage now: the bar or the start line appears after ``delay_s`` if still running."""
         self.name, self.total, self.unit = name, total, unit
         self.stream = sys.stderr if stream is None else stream
@@ -62,8 +72,9 @@ class Stage:
         if (total is not None and _is_terminal(self.stream)) if bar is None else bar:
             from tqdm.auto import tqdm
 
-            self._bar = tqdm(total=total, desc=name, unit=unit, file=self.stream, leave=False, dynamic_ncols=True,
-                             delay=delay_s)
+            self._bar = tqdm(
+                total=total, desc=name, unit=unit, file=self.stream, leave=False, dynamic_ncols=True, delay=delay_s
+            )
         elif delay_s <= 0:
             self._announce()
         else:

@@ -17,6 +17,7 @@ umask modes, see :func:`anchorlens.atomic.atomic_dir`); resumable runs (capture 
 checkpoints) write inside ``OUT`` between :meth:`OutClaim.start_in_place` and
 :meth:`OutClaim.finish_in_place`, whose ``manifest.json`` is the commit marker.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -104,8 +105,10 @@ def _check_location(target: Path) -> None:
     resolved = target.resolve()
     cwd = Path.cwd().resolve()
     if resolved == cwd or resolved in cwd.parents or resolved == Path(resolved.anchor):
-        raise UsageError(f"--out {target} is the current directory or one of its parents; anchorlens replaces "
-                         "its --out as a whole: choose a new folder, e.g. --out runs/NAME")
+        raise UsageError(
+            f"--out {target} is the current directory or one of its parents; anchorlens replaces "
+            "its --out as a whole: choose a new folder, e.g. --out runs/NAME"
+        )
     if target.exists() and not target.is_dir():
         raise PathError(f"--out {target} exists and is not a directory; choose another --out")
     parent = target.parent
@@ -120,18 +123,25 @@ def _check_location(target: Path) -> None:
 def _check_state(target: Path, state: RunState, *, kind: str, force: bool, resume: bool) -> None:
     """Refuse what the claim may not replace or continue."""
     if state == "foreign":
-        raise UsageError(f"{target} is not empty and holds no anchorlens run (no {MANIFEST} or progress); --force "
-                         "replaces only what anchorlens wrote: choose another --out or empty it yourself")
+        raise UsageError(
+            f"{target} is not empty and holds no anchorlens run (no {MANIFEST} or progress); --force "
+            "replaces only what anchorlens wrote: choose another --out or empty it yourself"
+        )
     if state == "finished" and not (force or resume):
-        raise UsageError(f"{target} already exists and holds a finished run; pass --force to replace it or choose "
-                         "another --out")
+        raise UsageError(
+            f"{target} already exists and holds a finished run; pass --force to replace it or choose another --out"
+        )
     if state == "unfinished" and not (force or resume):
-        raise UsageError(f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
-                         "replace it, or choose another --out")
+        raise UsageError(
+            f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
+            "replace it, or choose another --out"
+        )
     found = run_kind(target) if state in ("finished", "unfinished") else None
     if resume and not force and found is not None and found != kind:
-        raise UsageError(f"{target} holds a {found} run, not a {kind} run; it cannot be continued: choose another "
-                         "--out (or --force to replace it)")
+        raise UsageError(
+            f"{target} holds a {found} run, not a {kind} run; it cannot be continued: choose another "
+            "--out (or --force to replace it)"
+        )
 
 
 # ---------------------------------------------------------------------------- the lock
@@ -148,8 +158,9 @@ def _busy(target: Path, fd: int) -> UsageError:
     except (OSError, ValueError):
         owner = {}
     who = f" (pid {owner.get('pid')} on {owner.get('host')})" if isinstance(owner, dict) and owner.get("pid") else ""
-    return UsageError(f"{target} is being written by another anchorlens run{who}; wait for it to finish or choose "
-                      "another --out")
+    return UsageError(
+        f"{target} is being written by another anchorlens run{who}; wait for it to finish or choose another --out"
+    )
 
 
 def _acquire(target: Path) -> int:
@@ -220,7 +231,10 @@ class OutClaim:
         """Yield a temp folder to fill; on success it replaces ``OUT`` whole, on error nothing is left."""
         if not self.held:
             raise RuntimeError(f"the claim on {self.path} was released before writing")
-        with atomic_dir(self.path, replace=self._may_replace) as tmp, os_errors(self.path, "cannot write", name_path=True):
+        with (
+            atomic_dir(self.path, replace=self._may_replace) as tmp,
+            os_errors(self.path, "cannot write", name_path=True),
+        ):
             yield tmp  # a full disk or quota while filling it: one line naming OUT, nothing left behind
 
     @contextmanager
@@ -334,8 +348,14 @@ def _version(dist: str) -> str:
         return "absent"
 
 
-def manifest(kind: str, *, base_model: _HasBase | None = None, data_digest: str | None = None, seed: int | None = None,
-             **facts: Any) -> dict[str, Any]:
+def manifest(
+    kind: str,
+    *,
+    base_model: _HasBase | None = None,
+    data_digest: str | None = None,
+    seed: int | None = None,
+    **facts: Any,
+) -> dict[str, Any]:
     """Provenance of a run: kind, command line, versions, time, base facts, data digest, seed, plus ``facts``."""
     record: dict[str, Any] = {
         "format": MANIFEST_FORMAT,

@@ -1,4 +1,5 @@
 """Read safetensors files with one-line errors for missing, truncated or corrupted files (never pickle)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -26,7 +27,11 @@ def check_float_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> N
     """CheckpointError naming the tensor unless every tensor is floating point (never cast) and finite."""
     for name, tensor in tensors.items():
         if not tensor.is_floating_point():
-            raise CheckpointError(f"{path}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; guidance tensors must be floating point")
+            raise CheckpointError(
+                f"{path}: tensor {name!r} has dtype {str(tensor.dtype).removeprefix('torch.')}; guidance tensors must be floating point"
+            )
         if not bool(torch.isfinite(tensor).all()):
             bad = int((~torch.isfinite(tensor)).sum())
-            raise CheckpointError(f"{path}: tensor {name!r} holds {bad} NaN/Inf values; re-create the file from a healthy run")
+            raise CheckpointError(
+                f"{path}: tensor {name!r} holds {bad} NaN/Inf values; re-create the file from a healthy run"
+            )

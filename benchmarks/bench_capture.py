@@ -4,6 +4,7 @@ Prints: capture time (fast and strict modes) / plain sdpa forward time (LM head 
 interleaved repeats); peak RSS of streaming capture for N = 16, 64, 256 examples (each N in a fresh
 subprocess); the embedded model's cached load time. Run: ``.venv/bin/python benchmarks/bench_capture.py``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,15 @@ def bench_model():
     from anchorlens.models.adapters import adapter_for
     from anchorlens.models.base import Base
 
-    cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=12,
-                      num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=2048)
+    cfg = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=12,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=2048,
+    )
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
@@ -95,15 +103,24 @@ def time_ratio(repeats: int = 3) -> dict:
 
     plain()  # warm-up
     for _ in range(repeats):
-        for name, fn in (("sdpa", plain), ("capture", captured), ("capture_strict", captured_strict),
-                         ("capture_full", captured_full_logits), ("eager", eager)):
+        for name, fn in (
+            ("sdpa", plain),
+            ("capture", captured),
+            ("capture_strict", captured_strict),
+            ("capture_full", captured_full_logits),
+            ("eager", eager),
+        ):
             t = time.perf_counter()
             fn()
             modes[name].append(time.perf_counter() - t)
     med = {k: statistics.median(v) for k, v in modes.items()}
-    return {"sdpa_s": med["sdpa"], "capture_ratio": med["capture"] / med["sdpa"],
-            "capture_strict_ratio": med["capture_strict"] / med["sdpa"],
-            "capture_full_ratio": med["capture_full"] / med["sdpa"], "eager_ratio": med["eager"] / med["sdpa"]}
+    return {
+        "sdpa_s": med["sdpa"],
+        "capture_ratio": med["capture"] / med["sdpa"],
+        "capture_strict_ratio": med["capture_strict"] / med["sdpa"],
+        "capture_full_ratio": med["capture_full"] / med["sdpa"],
+        "eager_ratio": med["eager"] / med["sdpa"],
+    }
 
 
 def memory_child(n: int) -> dict:
@@ -147,7 +164,9 @@ def main() -> None:
     if args.child:
         print(json.dumps(memory_child(args.child)))
         return
-    print(f"capture benchmark: 12-layer Llama d=576 9 heads (GQA 3), {SEQ} tokens, batch {BATCH}, {torch.get_num_threads()} threads")
+    print(
+        f"capture benchmark: 12-layer Llama d=576 9 heads (GQA 3), {SEQ} tokens, batch {BATCH}, {torch.get_num_threads()} threads"
+    )
     r = time_ratio(args.repeats)
     print(f"plain sdpa forward, 16 examples:        {r['sdpa_s']:.2f} s")
     print(f"capture fast (streaming reducers) / sdpa:   {r['capture_ratio']:.2f}x   (both skip the LM head)")
@@ -160,8 +179,10 @@ def main() -> None:
         out = subprocess.run([sys.executable, __file__, "--child", str(n)], capture_output=True, text=True, check=True)
         row = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(row)
-        print(f"  N={n:4d}: peak RSS {row['peak_rss_mib']:7.0f} MiB (after model+warm-up {row['rss_before_mib']:7.0f} MiB), "
-              f"{row['n'] / row['seconds']:.1f} examples/s")
+        print(
+            f"  N={n:4d}: peak RSS {row['peak_rss_mib']:7.0f} MiB (after model+warm-up {row['rss_before_mib']:7.0f} MiB), "
+            f"{row['n'] / row['seconds']:.1f} examples/s"
+        )
     growth = rows[-1]["peak_rss_mib"] / rows[0]["peak_rss_mib"]
     print(f"  peak RSS ratio N=256 / N=16: {growth:.3f}x")
     load = cached_load_seconds()

@@ -1,7 +1,8 @@
 """End-to-end `compare` throughput on the embedded model: examples per second, capture vs plain forward.
 
-    python benchmarks/bench_compare.py            # smollm2-135m, base vs instance, 24 bundled RTE examples
+python benchmarks/bench_compare.py            # smollm2-135m, base vs instance, 24 bundled RTE examples
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,10 @@ def main() -> None:
     t = time.perf_counter()
     compare(["base", "instance"], base=args.base, n=args.n, n_boot=2000)
     full = time.perf_counter() - t
-    print(f"compare base vs instance, {args.n} examples on {args.base}: {full:.1f} s, "
-          f"{2 * args.n / full:.2f} checkpoint-examples/s")
+    print(
+        f"compare base vs instance, {args.n} examples on {args.base}: {full:.1f} s, "
+        f"{2 * args.n / full:.2f} checkpoint-examples/s"
+    )
     print(f"compare / two plain sdpa passes: {full / plain:.2f}x (capture, statistics, maps, bootstrap included)")
 
 

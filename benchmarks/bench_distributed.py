@@ -7,6 +7,7 @@ threads oversubscribe badly, so the half-thread 1-rank row is the honest baselin
 Times exclude Python imports; "capture" subtracts the base load time measured in each rank.
 Run: ``.venv/bin/python benchmarks/bench_distributed.py [--base llama12|tiny-llama] [--n 96]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,9 +49,18 @@ def build_llama12(root: Path) -> str:
     from anchorlens.models.tiny_tokenizers import tiny_tokenizer
 
     tok = tiny_tokenizer("llama")
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=256, intermediate_size=688, num_hidden_layers=12,
-                      num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=1024,
-                      pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=12,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     torch.manual_seed(0)
     path = root / "llama12"
     LlamaForCausalLM(cfg).save_pretrained(path, safe_serialization=True)
@@ -88,12 +97,21 @@ def run_world(world: int, base: str, data: Path, n: int, root: Path, threads: in
         env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
         env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(threads), TOKENIZERS_PARALLELISM="false")
         if world > 1:
-            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(rank), LOCAL_RANK=str(rank),
-                       WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world))
+            env.update(
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(world),
+                LOCAL_WORLD_SIZE=str(world),
+            )
         report = root / f"report-{world}-{rank}.json"
         reports.append(report)
-        procs.append(subprocess.Popen([sys.executable, "-c", WORKER, base, str(data), str(n), str(out), str(report)],
-                                      cwd=REPO, env=env))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", WORKER, base, str(data), str(n), str(out), str(report)], cwd=REPO, env=env
+            )
+        )
     codes = [p.wait() for p in procs]
     if any(codes):
         raise SystemExit(f"world {world}: exit codes {codes}")

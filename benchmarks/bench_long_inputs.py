@@ -8,6 +8,7 @@ Reported: CPU time ratio to plain and peak RSS above the loaded model (MiB), per
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_long_inputs.py [--lengths 256,512,1024,2048,4096]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,9 @@ def synthetic_batch(base, length: int):
     roles[:, :8] = 1
     roles[:, -8:] = 1
     roles[:, 0] = 0
-    return Encoded(ids, torch.ones(1, length, dtype=torch.long), roles, [[""] * length], [["t"] * length],
-                   torch.arange(1))
+    return Encoded(
+        ids, torch.ones(1, length, dtype=torch.long), roles, [[""] * length], [["t"] * length], torch.arange(1)
+    )
 
 
 def child(mode: str, length: int, out: Path) -> None:
@@ -94,8 +96,21 @@ def main() -> None:
                     if mode == "eager" and length > args.eager_max:
                         continue
                     out = Path(tmp) / f"{mode}-{length}-{r}.json"
-                    subprocess.run([sys.executable, __file__, "--child", mode, "--length", str(length), "--out",
-                                    str(out), "--threads", str(args.threads)], check=True)
+                    subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--child",
+                            mode,
+                            "--length",
+                            str(length),
+                            "--out",
+                            str(out),
+                            "--threads",
+                            str(args.threads),
+                        ],
+                        check=True,
+                    )
                     rows.setdefault((mode, length), []).append(json.loads(out.read_text()))
                     print(f"round {r} T={length} {mode}: {rows[(mode, length)][-1]}", flush=True)
 
@@ -104,7 +119,9 @@ def main() -> None:
         return statistics.median(x[key] for x in got) if got else None
 
     print(f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds")
-    print("| T | capture CPU / plain | eager CPU / plain | capture / eager | peak RSS above model: plain / capture / eager (MiB) |")
+    print(
+        "| T | capture CPU / plain | eager CPU / plain | capture / eager | peak RSS above model: plain / capture / eager (MiB) |"
+    )
     print("|---|---|---|---|---|")
     for length in lengths:
         p, c, e = (med(m, length, "cpu") for m in ("plain", "fast", "eager"))
@@ -112,8 +129,10 @@ def main() -> None:
         assert p is not None and c is not None and mp is not None and mc is not None
         eager_ratio = "-" if e is None else f"{e / p:.2f}x"
         vs_eager = "-" if e is None else f"{c / e:.2f}x"
-        print(f"| {length} | {c / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
-              f"{'-' if me is None else f'{me:.0f}'} |")
+        print(
+            f"| {length} | {c / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
+            f"{'-' if me is None else f'{me:.0f}'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ default reducers), ``maps`` (anchorlens full maps of all 64 examples), and ``nns
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 3] [--threads 1]``.
 The machine may be shared: compare the ratios measured side by side, not absolute times.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -109,8 +110,13 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
     def peer(bs, name):
         raise SystemExit(f"{name}: not measured here (install it in a separate venv and add its loop)")
 
-    fns = {"plain": plain, "eager": eager, "fast": lambda bs: streaming(bs, "fast"),
-           "strict": lambda bs: streaming(bs, "strict"), "maps": maps}
+    fns = {
+        "plain": plain,
+        "eager": eager,
+        "fast": lambda bs: streaming(bs, "fast"),
+        "strict": lambda bs: streaming(bs, "strict"),
+        "maps": maps,
+    }
     fn = fns[mode] if mode in fns else (lambda bs: peer(bs, mode))
     fn(batches[:1])  # warm-up: installs functions, allocator, threads
     masses.clear()
@@ -158,8 +164,10 @@ def main() -> None:
         for r in range(args.repeats):
             for mode in modes:
                 out = Path(tmp) / f"{mode}-{r}.json"
-                subprocess.run([sys.executable, __file__, "--child", mode, "--out", str(out), "--threads",
-                                str(args.threads)], check=True)
+                subprocess.run(
+                    [sys.executable, __file__, "--child", mode, "--out", str(out), "--threads", str(args.threads)],
+                    check=True,
+                )
                 results[mode].append(json.loads(out.read_text()))
                 print(f"round {r} {mode}: {results[mode][-1]}", flush=True)
         eager = np.load(Path(tmp) / "eager-0.npy") if "eager" in modes else None
@@ -167,16 +175,22 @@ def main() -> None:
         for mode in modes:
             path = Path(tmp) / f"{mode}-0.npy"
             deltas[mode] = float(np.abs(np.load(path) - eager).max()) if eager is not None and path.exists() else None
-    med = {m: {k: statistics.median(x[k] for x in rows) for k in ("cpu", "wall", "rss_mib")} for m, rows in results.items()}
+    med = {
+        m: {k: statistics.median(x[k] for x in rows) for k in ("cpu", "wall", "rss_mib")} for m, rows in results.items()
+    }
     base_cpu, base_wall = med["plain"]["cpu"], med["plain"]["wall"]
-    print(f"\nSmolLM2-135M, {N_EXAMPLES} RTE examples, batch {BATCH}, {args.threads} thread(s), "
-          f"median of {args.repeats} interleaved rounds, each mode in its own process")
+    print(
+        f"\nSmolLM2-135M, {N_EXAMPLES} RTE examples, batch {BATCH}, {args.threads} thread(s), "
+        f"median of {args.repeats} interleaved rounds, each mode in its own process"
+    )
     print("| mode | CPU time vs plain | wall vs plain | peak RSS (MiB) | max abs Δ first-token mass vs eager |")
     print("|---|---|---|---|---|")
     for mode in modes:
         d = deltas[mode]
-        print(f"| {mode} | {med[mode]['cpu'] / base_cpu:.3f}x | {med[mode]['wall'] / base_wall:.3f}x | "
-              f"{med[mode]['rss_mib']:.0f} | {'-' if d is None else f'{d:.1e}'} |")
+        print(
+            f"| {mode} | {med[mode]['cpu'] / base_cpu:.3f}x | {med[mode]['wall'] / base_wall:.3f}x | "
+            f"{med[mode]['rss_mib']:.0f} | {'-' if d is None else f'{d:.1e}'} |"
+        )
 
 
 if __name__ == "__main__":

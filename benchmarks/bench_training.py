@@ -9,6 +9,7 @@ since one process-wide peak cannot be split between interleaved methods.
     python benchmarks/bench_training.py                       # smollm2-135m, 3 methods
     python benchmarks/bench_training.py --base tiny-llama --steps 3
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base", default="smollm2-135m")
-    p.add_argument("--methods", default=DEFAULT_METHODS, help="comma-separated method specs; the first is the reference")
+    p.add_argument(
+        "--methods", default=DEFAULT_METHODS, help="comma-separated method specs; the first is the reference"
+    )
     p.add_argument("--task", default="rte")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--steps", type=int, default=5, help="timed steps per method (after one warm-up step)")
@@ -89,9 +92,23 @@ def cuda_step_peak(guided, optimizer, batch, verb, device) -> float:
 
 def rss_probe(args: argparse.Namespace, spec: str) -> float:
     """Peak RSS growth (MiB) of one step of ``spec``, measured in a fresh child process (CPU only)."""
-    cmd = [sys.executable, __file__, "--base", args.base, "--methods", spec, "--task", args.task,
-           "--batch-size", str(args.batch_size), "--max-length", str(args.max_length), "--device", "cpu",
-           "--probe"] + (["--dtype", args.dtype] if args.dtype else [])
+    cmd = [
+        sys.executable,
+        __file__,
+        "--base",
+        args.base,
+        "--methods",
+        spec,
+        "--task",
+        args.task,
+        "--batch-size",
+        str(args.batch_size),
+        "--max-length",
+        str(args.max_length),
+        "--device",
+        "cpu",
+        "--probe",
+    ] + (["--dtype", args.dtype] if args.dtype else [])
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     for line in done.stdout.splitlines():
         if line.startswith("PEAK_RSS_GROWTH_MB "):
@@ -155,8 +172,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.probe:
         probe(args)
         return
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          ("cpu" if args.device == "auto" else args.device))
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else ("cpu" if args.device == "auto" else args.device)
+    )
     base = load_base(args.base, dtype=args.dtype, device=str(device))
     specs = [s.strip() for s in args.methods.split(",") if s.strip()]
     verb = verbalizer_ids(base.tokenizer, get_task(args.task))
@@ -180,20 +200,25 @@ def main(argv: list[str] | None = None) -> None:
     peaks = {}
     for spec in specs:
         guided, opt = runs[spec]
-        peaks[spec] = (cuda_step_peak(guided, opt, batches[0], verb, device) if device.type == "cuda"
-                       else rss_probe(args, spec))
+        peaks[spec] = (
+            cuda_step_peak(guided, opt, batches[0], verb, device) if device.type == "cuda" else rss_probe(args, spec)
+        )
     ref = specs[0]
     t_ref, m_ref = statistics.median(times[ref]), peaks[ref]
     tokens = int(batches[0].encoded.attention_mask.sum()) / args.batch_size
-    print(f"base {args.base} on {device} ({args.dtype or 'float32'}), task {args.task}, batch {args.batch_size}, "
-          f"~{tokens:.0f} input tokens/example, {args.steps} timed steps each (interleaved, same batches)")
+    print(
+        f"base {args.base} on {device} ({args.dtype or 'float32'}), task {args.task}, batch {args.batch_size}, "
+        f"~{tokens:.0f} input tokens/example, {args.steps} timed steps each (interleaved, same batches)"
+    )
     mem_kind = "peak alloc MiB" if device.type == "cuda" else "peak RSS+ MiB"
     print(f"{'method':<24}{'trainable':>11}{'ms/step':>10}{'x time':>8}{mem_kind:>16}{'x mem':>8}")
     for spec in specs:
         guided, _ = runs[spec]
         t = statistics.median(times[spec])
-        print(f"{spec:<24}{guided.num_trainable():>11,}{t * 1000:>10.1f}{t / t_ref:>8.2f}{peaks[spec]:>16.1f}"
-              f"{peaks[spec] / m_ref if m_ref > 0 else float('nan'):>8.2f}")
+        print(
+            f"{spec:<24}{guided.num_trainable():>11,}{t * 1000:>10.1f}{t / t_ref:>8.2f}{peaks[spec]:>16.1f}"
+            f"{peaks[spec] / m_ref if m_ref > 0 else float('nan'):>8.2f}"
+        )
 
 
 if __name__ == "__main__":

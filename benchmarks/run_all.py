@@ -1,4 +1,5 @@
 """Run every benchmark in one go (``make bench``); each prints its ratios side by side."""
+
 from __future__ import annotations
 
 import subprocess

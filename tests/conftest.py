@@ -1,4 +1,5 @@
 """Shared fixtures: tiny bases (built once per session) and the optional ../shared data."""
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,7 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny(name: str, dtype: str = "float32"):
     from anchorlens.models.loading import load_base
 

@@ -1,4 +1,5 @@
 """Data flows one way: no package imports a package further down the chain."""
+
 from __future__ import annotations
 
 import ast

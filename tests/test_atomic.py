@@ -1,4 +1,5 @@
 """Atomic writes: whole or nothing, umask modes, owner-recorded temp dirs cleaned after a kill."""
+
 from __future__ import annotations
 
 import json

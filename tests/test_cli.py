@@ -1,4 +1,5 @@
 """The CLI end to end on a tiny base: artifacts written, bad input gives one line and exit 2."""
+
 from __future__ import annotations
 
 import json
@@ -70,7 +71,9 @@ def test_figures_command_redraws_from_saved_run(compare_dir, tmp_path):
     out, _ = compare_dir
     result = run("figures", str(out), "--out", str(tmp_path / "fig"))
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert sorted(p.name for p in (tmp_path / "fig").glob("*.png")) == sorted(
+        p.name for p in (out / "figures").glob("*.png")
+    )
 
 
 def test_demo_on_tiny_base_prints_per_layer_table():
@@ -96,8 +99,27 @@ def test_compare_under_torchrun_two_processes_matches_one(tmp_path, compare_dir)
     with socket.socket() as sock:  # a free port for the gloo rendezvous
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    cmd = [str(torchrun), "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "anchorlens", "compare", "--ckpt", "base",
-           "--ckpt", "instance", *TINY, "--limit", "6", "--out", str(out)]
+    cmd = [
+        str(torchrun),
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(port),
+        "-m",
+        "anchorlens",
+        "compare",
+        "--ckpt",
+        "base",
+        "--ckpt",
+        "instance",
+        *TINY,
+        "--limit",
+        "6",
+        "--out",
+        str(out),
+    ]
     env = {**__import__("os").environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -133,7 +155,21 @@ def test_params_reports_counts_and_share():
 
 def test_sweep_instance_writes_accuracy_and_anchor_metrics(tmp_path):
     out = tmp_path / "sweep"
-    result = run("sweep", "instance", "--ckpt", "base", "--k", "0,1,2", "--positions", "first,last", *TINY, "--n", "6", "--out", str(out))
+    result = run(
+        "sweep",
+        "instance",
+        "--ckpt",
+        "base",
+        "--k",
+        "0,1,2",
+        "--positions",
+        "first,last",
+        *TINY,
+        "--n",
+        "6",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     table = pd.read_csv(out / "sweep.csv")
     assert len(table) == 6 and set(table.position) == {"first", "last"}
@@ -167,7 +203,17 @@ import typer  # noqa: E402
 
 from anchorlens.cli.options import BatchOptions, DataOptions, OutputOptions, cli_command  # noqa: E402
 
-BASE_LOADERS = ["demo", "compare", "positions", "capture", "params", "train", "evaluate", "sweep instance", "sweep length"]
+BASE_LOADERS = [
+    "demo",
+    "compare",
+    "positions",
+    "capture",
+    "params",
+    "train",
+    "evaluate",
+    "sweep instance",
+    "sweep length",
+]
 FIGURE_WRITERS = ["compare", "positions", "sweep instance", "sweep length"]
 
 
@@ -229,8 +275,11 @@ def test_option_groups_arrive_as_objects_with_per_command_defaults():
 
     result = CliRunner().invoke(demo_app, ["--task", "cb", "--n", "3", "--force"])
     assert result.exit_code == 0, result.output
-    assert seen == {"data": DataOptions("cb", None, 3), "batch": BatchOptions(8),
-                    "output": OutputOptions(Path("here"), True)}
+    assert seen == {
+        "data": DataOptions("cb", None, 3),
+        "batch": BatchOptions(8),
+        "output": OutputOptions(Path("here"), True),
+    }
 
 
 def test_evaluate_dtype_without_base_is_refused_not_ignored(tmp_path):
@@ -256,10 +305,12 @@ def test_trivial_refusals_come_before_torch_is_imported(tmp_path, args):
     (existing / "f").write_text("x")
     names = {"existing": existing, "missing": tmp_path / "missing.jsonl", "new": tmp_path / "new"}
     argv = [a.format(**names) for a in args]
-    code = ("import sys\nfrom anchorlens.cli import app\n"
-            "try:\n    app(args=sys.argv[1:], prog_name='anchorlens')\nexcept SystemExit as e:\n    code = e.code\n"
-            "heavy = sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules)\n"
-            "print('EXIT', code, 'HEAVY', ','.join(heavy) or '-')\n")
+    code = (
+        "import sys\nfrom anchorlens.cli import app\n"
+        "try:\n    app(args=sys.argv[1:], prog_name='anchorlens')\nexcept SystemExit as e:\n    code = e.code\n"
+        "heavy = sorted(m for m in ('torch', 'transformers', 'matplotlib') if m in sys.modules)\n"
+        "print('EXIT', code, 'HEAVY', ','.join(heavy) or '-')\n"
+    )
     done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
     assert "EXIT 2 HEAVY -" in done.stdout, (done.stdout, done.stderr)
     assert done.stderr.strip().startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -268,7 +319,9 @@ def test_trivial_refusals_come_before_torch_is_imported(tmp_path, args):
 @pytest.mark.slow
 def test_compare_no_figures_writes_tables_only(tmp_path):
     out = tmp_path / "run"
-    result = run("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--no-figures", "--out", str(out))
+    result = run(
+        "compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--no-figures", "--out", str(out)
+    )
     assert result.exit_code == 0, result.output
     assert (out / "metrics.parquet").is_file() and (out / "report.html").is_file()
     assert not (out / "figures").exists() or not any((out / "figures").iterdir())
@@ -284,8 +337,24 @@ def test_demo_called_directly_gets_the_flag_defaults(capsys):
 
 def test_train_then_evaluate_then_positions_on_a_tiny_base(tmp_path):
     run_dir = tmp_path / "train"
-    result = run("train", "--method", "capsule", *TINY, "--n", "12", "--steps", "2", "--eval-every", "1",
-                 "--dtype", "float32", "--device", "cpu", "--out", str(run_dir))
+    result = run(
+        "train",
+        "--method",
+        "capsule",
+        *TINY,
+        "--n",
+        "12",
+        "--steps",
+        "2",
+        "--eval-every",
+        "1",
+        "--dtype",
+        "float32",
+        "--device",
+        "cpu",
+        "--out",
+        str(run_dir),
+    )
     assert result.exit_code == 0, result.output
     assert "2 steps" in result.output and (run_dir / "final" / "anchorlens.json").is_file()
     evaluated = tmp_path / "eval"
@@ -294,18 +363,36 @@ def test_train_then_evaluate_then_positions_on_a_tiny_base(tmp_path):
     metrics = json.loads((evaluated / "metrics.json").read_text())
     assert metrics["num_examples"] == 4 and 0 <= metrics["accuracy"] <= 1
     moved = tmp_path / "positions"
-    result = run("positions", "--ckpt", str(run_dir / "final"), "--positions", "first,last", *TINY, "--n", "2",
-                 "--out", str(moved))
+    result = run(
+        "positions",
+        "--ckpt",
+        str(run_dir / "final"),
+        "--positions",
+        "first,last",
+        *TINY,
+        "--n",
+        "2",
+        "--out",
+        str(moved),
+    )
     assert result.exit_code == 0, result.output
     assert set(pd.read_csv(moved / "positions.csv").position) == {"first", "last"}
 
 
-@pytest.mark.parametrize("err, line", [
-    (OSError(28, "No space left on device", "/runs/x/metrics.parquet"),
-     "error: cannot use /runs/x/metrics.parquet: no space left on the device"),
-    (PermissionError(13, "Permission denied", "/data/a.jsonl"), "error: cannot use /data/a.jsonl: permission denied"),
-    (OSError(28, "No space left on device"), "error: cannot use an output file: no space left on the device"),
-])
+@pytest.mark.parametrize(
+    "err, line",
+    [
+        (
+            OSError(28, "No space left on device", "/runs/x/metrics.parquet"),
+            "error: cannot use /runs/x/metrics.parquet: no space left on the device",
+        ),
+        (
+            PermissionError(13, "Permission denied", "/data/a.jsonl"),
+            "error: cannot use /data/a.jsonl: permission denied",
+        ),
+        (OSError(28, "No space left on device"), "error: cannot use an output file: no space left on the device"),
+    ],
+)
 def test_os_errors_anywhere_in_a_command_are_one_line_naming_the_path(err, line):
     broken = typer.Typer()
 

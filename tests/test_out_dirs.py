@@ -1,4 +1,5 @@
 """Every command's --out, end to end: user files never deleted, concurrent runs, full disk, interrupts, figures."""
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,11 @@ def child_env() -> dict[str, str]:
 
 def leftovers(root: Path) -> list[str]:
     """Temp folders/files, kept results and lock files anywhere under ``root``."""
-    return [str(p) for p in root.rglob("*")
-            if TEMP_MARK in p.name or p.name.endswith(".anchorlens-lock") or ".kept-" in p.name]
+    return [
+        str(p)
+        for p in root.rglob("*")
+        if TEMP_MARK in p.name or p.name.endswith(".anchorlens-lock") or ".kept-" in p.name
+    ]
 
 
 def user_folder(path: Path) -> Path:
@@ -45,10 +49,13 @@ def user_folder(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("command", [
-    ["evaluate", "--ckpt", "base", "--n", "2", *TINY],
-    ["compare", "--ckpt", "base", "--ckpt", "instance", "--n", "2", *TINY],
-])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["evaluate", "--ckpt", "base", "--n", "2", *TINY],
+        ["compare", "--ckpt", "base", "--ckpt", "instance", "--n", "2", *TINY],
+    ],
+)
 def test_force_does_not_delete_a_users_folder(tmp_path, command):
     out = user_folder(tmp_path / "d")
     result = cli(*command, "--out", str(out), "--force")
@@ -94,9 +101,17 @@ RACE = textwrap.dedent("""
 @pytest.mark.slow
 def test_two_compares_into_one_out_exactly_one_wins(tmp_path):
     out, go = tmp_path / "R", tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", RACE, str(go), str(out), ckpt], cwd=REPO, env=child_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for ckpt in ("instance", "capsule")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACE, str(go), str(out), ckpt],
+            cwd=REPO,
+            env=child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for ckpt in ("instance", "capsule")
+    ]
     time.sleep(3)  # both imported and waiting
     go.touch()
     results = [(p.communicate(timeout=300)[0], p.returncode) for p in procs]
@@ -126,8 +141,14 @@ FULL_DISK = textwrap.dedent("""
 @pytest.mark.slow
 def test_full_disk_while_writing_a_report_is_one_line_and_leaves_nothing(tmp_path):
     out = tmp_path / "R"
-    proc = subprocess.run([sys.executable, "-c", FULL_DISK, str(out)], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", FULL_DISK, str(out)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -156,7 +177,9 @@ def test_figures_write_an_atomic_folder_with_a_manifest(compare_run, tmp_path):
         redraw_figures(compare_run)  # RUN/figures, written by compare
     before = sorted(p.name for p in (compare_run / "figures").iterdir())
     folder, _ = redraw_figures(compare_run, force=True)
-    assert folder == compare_run / "figures" and sorted(p.name for p in folder.iterdir()) == sorted(before + ["manifest.json"])
+    assert folder == compare_run / "figures" and sorted(p.name for p in folder.iterdir()) == sorted(
+        before + ["manifest.json"]
+    )
     assert leftovers(tmp_path) == [] and leftovers(compare_run.parent) == []
 
 
@@ -180,8 +203,14 @@ def test_kill_during_figures_leaves_no_half_folder_and_the_rerun_works(compare_r
     from anchorlens.reports.comparison import redraw_figures
 
     target = tmp_path / "figs"
-    proc = subprocess.run([sys.executable, "-c", KILL_FIGURES, str(compare_run), str(target)], cwd=REPO,
-                          env=child_env(), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", KILL_FIGURES, str(compare_run), str(target)],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert not target.exists()
     redraw_figures(compare_run, target)  # not refused; the killed run's temp folder and lock are gone
@@ -219,14 +248,30 @@ def test_sigint_during_train_then_resume_leaves_no_partial_out_or_temp_dirs(tmp_
 
     early, late = tmp_path / "early", tmp_path / "late"
     for out, at in ((early, 1), (late, 3)):
-        proc = subprocess.run([sys.executable, "-c", TRAIN_SIGINT, str(out), str(at)], cwd=REPO, env=child_env(),
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", TRAIN_SIGINT, str(out), str(at)],
+            cwd=REPO,
+            env=child_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode != 0 and "KeyboardInterrupt" in proc.stderr, proc.stderr
     assert not early.exists()  # stopped before its first checkpoint: nothing left
     assert sorted(p.name for p in late.iterdir()) == [".anchorlens-run.json", "checkpoints"]
     assert leftovers(tmp_path) == []
-    train("prompt:n=2", "rte", base="tiny-llama", steps=4, out=late, eval_every=2, batch_size=4, max_length=96,
-          progress=False, resume=True)
+    train(
+        "prompt:n=2",
+        "rte",
+        base="tiny-llama",
+        steps=4,
+        out=late,
+        eval_every=2,
+        batch_size=4,
+        max_length=96,
+        progress=False,
+        resume=True,
+    )
     assert (late / "manifest.json").is_file() and not (late / ".anchorlens-run.json").exists()
     assert leftovers(tmp_path) == []
 

@@ -1,4 +1,5 @@
 """anchorlens.progress: stage lines when stderr is not a terminal, quiet for short stages and refusals."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """Every public name resolves, and importing the package stays light."""
+
 from __future__ import annotations
 
 import subprocess

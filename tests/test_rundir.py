@@ -1,4 +1,5 @@
 """The --out claim: refusals up front, --force only on anchorlens runs, an exclusive lock, stale takeover, modes."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy`` and ``decomposition``
 with :func:`anchorlens.analyses.registry.make_reducer`.
 """
+
 from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer, role_onehot

@@ -1,4 +1,5 @@
 """Shared machinery of the metric reducers: site tables, merging, state dicts, role one-hots."""
+
 from __future__ import annotations
 
 from typing import ClassVar
@@ -28,8 +29,9 @@ def query_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached on the event."""
     if "q_hot" not in event.cache:
         dev = event.probs.device
-        event.cache["q_hot"] = role_onehot(event.layout.q.roles.to(dev), event.layout.q.valid.to(dev).bool(),
-                                           torch.float64)
+        event.cache["q_hot"] = role_onehot(
+            event.layout.q.roles.to(dev), event.layout.q.valid.to(dev).bool(), torch.float64
+        )
     return event.cache["q_hot"]
 
 
@@ -37,8 +39,9 @@ def key_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, K, R] float32 one-hot of the event's key roles (zero rows for padding keys); cached on the event."""
     if "k_hot" not in event.cache:
         dev = event.probs.device
-        event.cache["k_hot"] = role_onehot(event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool(),
-                                           event.probs.dtype)
+        event.cache["k_hot"] = role_onehot(
+            event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool(), event.probs.dtype
+        )
     return event.cache["k_hot"]
 
 
@@ -66,7 +69,9 @@ def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
         if event.scores is None or event.log_norm is None:
             event.cache["key_role_plogp"] = _per_key_role(torch.xlogy(p, p), k_hot)
         else:
-            event.cache["key_role_plogp"] = _per_key_role(p * event.scores, k_hot) - key_role_mass(event) * event.log_norm
+            event.cache["key_role_plogp"] = (
+                _per_key_role(p * event.scores, k_hot) - key_role_mass(event) * event.log_norm
+            )
     return event.cache["key_role_plogp"]
 
 
@@ -119,8 +124,9 @@ class SiteReducer:
         """The event's sums: name -> [B, H, *shape]."""
         raise NotImplementedError
 
-    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
-                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    def _site_frame(
+        self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
+    ) -> pd.DataFrame:
         """Tidy rows of one site from its arrays (rows sorted by example, columns by head)."""
         raise NotImplementedError
 
@@ -139,8 +145,9 @@ class SiteReducer:
         if type(other) is not type(self):
             raise TypeError(f"cannot merge {type(other).__name__} into {type(self).__name__}")
         if other.state_options() != self.state_options():
-            raise ValueError(f"cannot merge {self.name} reducers with options "
-                             f"{other.state_options()} and {self.state_options()}")
+            raise ValueError(
+                f"cannot merge {self.name} reducers with options {other.state_options()} and {self.state_options()}"
+            )
         for (stack, layer), table in other._tables.items():
             self._table(stack, layer).merge(table)
 
@@ -163,8 +170,7 @@ class SiteReducer:
             raise ValueError(f"state options {state.get('options')} differ from {self.state_options()}")
         shapes = self._shapes()
         self._tables = {
-            (str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site)
-            for site in state["sites"]
+            (str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site) for site in state["sites"]
         }
 
     def frame(self) -> pd.DataFrame:
@@ -177,8 +183,7 @@ class SiteReducer:
             row_order = torch.argsort(examples)
             col_order = torch.argsort(heads)
             arrays = {k: v[row_order][:, col_order] for k, v in table.trimmed().items()}
-            parts.append(self._site_frame(stack, layer, examples[row_order].numpy(),
-                                          heads[col_order].numpy(), arrays))
+            parts.append(self._site_frame(stack, layer, examples[row_order].numpy(), heads[col_order].numpy(), arrays))
         return concat_frames(parts) if parts else empty_frame()
 
     def sites(self) -> list[tuple[str, int]]:

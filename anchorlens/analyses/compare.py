@@ -1,4 +1,5 @@
 """Paired comparison of checkpoints measured on the same examples."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -18,8 +19,25 @@ from anchorlens.analyses.stats import (
 
 _STAT_COLUMNS = ["n", "mean_baseline", "mean_checkpoint", "diff", "ci_lo", "ci_hi", "p_value", "q_value", "significant"]
 # ci_lo/ci_hi: CI of the row's own mean; diff_lo/diff_hi: CI of its paired difference to the first checkpoint
-_HEADLINE_COLUMNS = ["name", "label", "metric", "stack", "checkpoint", "query_role", "key_role", "n", "mean", "ci_lo",
-                     "ci_hi", "diff", "diff_lo", "diff_hi", "p_value", "q_value", "fixed"]
+_HEADLINE_COLUMNS = [
+    "name",
+    "label",
+    "metric",
+    "stack",
+    "checkpoint",
+    "query_role",
+    "key_role",
+    "n",
+    "mean",
+    "ci_lo",
+    "ci_hi",
+    "diff",
+    "diff_lo",
+    "diff_hi",
+    "p_value",
+    "q_value",
+    "fixed",
+]
 
 
 def _add_q_values(df: pd.DataFrame, alpha: float, family: Sequence[str]) -> pd.DataFrame:
@@ -90,7 +108,9 @@ def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value:
     for name, df, cid, ex in (("df_a", a, cell_a, ex_a), ("df_b", b, cell_b, ex_b)):
         flat = cid.astype(np.int64) * n_ex + ex
         if len(flat) and np.bincount(flat, minlength=n_cells * n_ex).max() > 1:
-            raise ValueError(f"{name} has several rows per {[*cell, 'example']}; add the distinguishing columns to 'on'")
+            raise ValueError(
+                f"{name} has several rows per {[*cell, 'example']}; add the distinguishing columns to 'on'"
+            )
         m = np.full(n_cells * n_ex, np.nan)
         m[flat] = df[value].to_numpy(dtype=np.float64)
         mats.append(m.reshape(n_cells, n_ex))
@@ -162,7 +182,12 @@ def compare_frames(
         s.insert(1, "baseline", baseline)
         s["n"] = got["n"][keep].astype(np.int64)
         s["mean_baseline"], s["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
-        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = got["diff"][keep], got["lo"][keep], got["hi"][keep], got["p"][keep]
+        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = (
+            got["diff"][keep],
+            got["lo"][keep],
+            got["hi"][keep],
+            got["p"][keep],
+        )
         parts.append(s)
     columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
     if not parts or all(p.empty for p in parts):
@@ -228,11 +253,17 @@ def headline_table(
     """
     per, fixed = _per_example(frames, metrics)
     names = list(frames)
-    table = summarize(per, ["name", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed) if len(per) else \
-        pd.DataFrame(columns=["name", "stack", "checkpoint", "mean", "ci_lo", "ci_hi", "n"])
+    table = (
+        summarize(per, ["name", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed)
+        if len(per)
+        else pd.DataFrame(columns=["name", "stack", "checkpoint", "mean", "ci_lo", "ci_hi", "n"])
+    )
     table["fixed"] = ""
-    flagged = [{"name": m, "stack": stack, "checkpoint": c, "fixed": reason}
-               for (m, c), (reason, stacks) in fixed.items() for stack in stacks]
+    flagged = [
+        {"name": m, "stack": stack, "checkpoint": c, "fixed": reason}
+        for (m, c), (reason, stacks) in fixed.items()
+        for stack in stacks
+    ]
     if flagged:
         table = pd.concat([table, pd.DataFrame(flagged)], ignore_index=True)
     if table.empty:
@@ -243,12 +274,16 @@ def headline_table(
         d = paired_differences(per[per["checkpoint"] == name], first, on=["name", "stack", "example"])
         s = paired_summary(d, ["name", "stack"], n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed)
         s["checkpoint"] = name
-        diffs.append(s[["name", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value"]]
-                     .rename(columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"}))
+        diffs.append(
+            s[["name", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value"]].rename(
+                columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"}
+            )
+        )
     diff_cols = ["name", "stack", "checkpoint", "diff", "diff_lo", "diff_hi", "p_value"]
     diffs_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame(columns=diff_cols)
-    q: np.ndarray = (benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df)
-                     else np.empty(0))
+    q: np.ndarray = (
+        benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df) else np.empty(0)
+    )
     diffs_df["q_value"] = pd.Series(q, index=diffs_df.index, dtype=np.float64)
     table = table.merge(diffs_df, on=["name", "stack", "checkpoint"], how="left")
     by_name = {m.name: m for m in metrics}

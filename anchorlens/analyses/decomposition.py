@@ -24,6 +24,7 @@ visible key positions of the query group that have key_role; key labels: the rol
 ``input``, ``guidance``) and ``visible_keys`` (key_role ``""``: mean number of visible keys per
 query) for each query role present and the pooled ``input`` and ``guidance`` groups.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,9 +33,9 @@ import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of, role_onehot
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
+from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.table import SiteTable
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.analyses.registry import register_reducer
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
 
 SINK = "sink"
@@ -60,7 +61,7 @@ def _groups(roles: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return torch.stack([hot[..., _INPUT_IDX].sum(-1), hot[..., _GUIDANCE_IDX].sum(-1)], -1)
 
 
-@register_reducer("decomposition")  # type: ignore[arg-type]  # SiteReducer.merge narrows the protocol's argument, as for every SiteReducer
+@register_reducer("decomposition")
 class DecompositionReducer(SiteReducer):
     """Sink-aware split of each query's attention over key parts (module docstring)."""
 
@@ -107,7 +108,9 @@ class DecompositionReducer(SiteReducer):
         b = k_roles.shape[0]
         is_sink = torch.zeros_like(k_valid)
         is_sink[torch.arange(b, device=dev)[found], sink[found]] = True
-        keys = torch.cat([role_onehot(k_roles, k_valid, torch.float64), is_sink.double().unsqueeze(-1)], -1)  # [B, K, R+1]
+        keys = torch.cat(
+            [role_onehot(k_roles, k_valid, torch.float64), is_sink.double().unsqueeze(-1)], -1
+        )  # [B, K, R+1]
         seen = (event.visible.to(dev).bool() & k_valid[:, None, None, :]).double()[:, 0]  # [B, Q, K]
         q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
         pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
@@ -117,8 +120,9 @@ class DecompositionReducer(SiteReducer):
     def update(self, event: AttentionEvent) -> None:
         """Fold one batch at one site into the mass sums and the visibility counts."""
         super().update(event)
-        self._vis_table(event.stack, int(event.layer)).add(event.example_ids, torch.tensor([-1]),
-                                                            self._visibility(event))
+        self._vis_table(event.stack, int(event.layer)).add(
+            event.example_ids, torch.tensor([-1]), self._visibility(event)
+        )
 
     def merge(self, other: SiteReducer) -> None:
         """Add another decomposition reducer's sums and visibility counts."""
@@ -136,8 +140,10 @@ class DecompositionReducer(SiteReducer):
     def load_state_dict(self, state: dict) -> None:
         """Replace the state with ``state_dict()`` output."""
         super().load_state_dict(state)
-        self._vis = {(str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)
-                     for v in state.get("visibility", [])}
+        self._vis = {
+            (str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)
+            for v in state.get("visibility", [])
+        }
 
     def _vis_table(self, stack: str, layer: int) -> SiteTable:
         key = (str(stack), int(layer))
@@ -157,14 +163,24 @@ class DecompositionReducer(SiteReducer):
             parts.append(_visibility_frame(stack, layer, examples[order].numpy(), arrays))
         return concat_frames(parts)
 
-    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
-                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    def _site_frame(
+        self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
+    ) -> pd.DataFrame:
         """value [N, H, 2, P + 1] = mass / count (parts, then the guidance total)."""
         mass = arrays["mass"]
         mass = torch.cat([mass, mass[..., [1 + i for i in _GUIDANCE_IDX]].sum(-1, keepdim=True)], -1)
         value = mean_of(mass, arrays["count"])
-        return long_frame(stack, layer, examples, heads, "decomposition", value.numpy(), arrays["count"].numpy(),
-                          QUERY_GROUPS, PARTS + (GUIDANCE,))
+        return long_frame(
+            stack,
+            layer,
+            examples,
+            heads,
+            "decomposition",
+            value.numpy(),
+            arrays["count"].numpy(),
+            QUERY_GROUPS,
+            PARTS + (GUIDANCE,),
+        )
 
 
 def _visibility_frame(stack: str, layer: int, examples: np.ndarray, arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
@@ -174,16 +190,37 @@ def _visibility_frame(stack: str, layer: int, examples: np.ndarray, arrays: dict
     (pi, qi), (pg, qg) = pooled(_INPUT_IDX), pooled(_GUIDANCE_IDX)
     pairs, queries = torch.cat([pairs, pi, pg], 2), torch.cat([queries, qi, qg], 2)  # [N, 1, R+2, ...]
     total = pairs[..., :NUM_ROLES].sum(-1, keepdim=True)  # [N, 1, S, 1]: visible keys of the group
-    keys = torch.cat([pairs, pairs[..., _INPUT_IDX].sum(-1, keepdim=True),
-                      pairs[..., _GUIDANCE_IDX].sum(-1, keepdim=True)], -1)  # [N, 1, S, R+3]
+    keys = torch.cat(
+        [pairs, pairs[..., _INPUT_IDX].sum(-1, keepdim=True), pairs[..., _GUIDANCE_IDX].sum(-1, keepdim=True)], -1
+    )  # [N, 1, S, R+3]
     share = mean_of(keys, total.squeeze(-1))
     labels = ROLE_NAMES + QUERY_GROUPS
     heads = np.array([-1])
     if examples.size == 0:
         return empty_frame()
-    return concat_frames([
-        long_frame(stack, layer, examples, heads, "visible_share", share.numpy(), queries.numpy(), labels,
-                   _VIS_KEYS + QUERY_GROUPS),
-        long_frame(stack, layer, examples, heads, "visible_keys", mean_of(total, queries).numpy(), queries.numpy(),
-                   labels, (NO_ROLE,)),
-    ])
+    return concat_frames(
+        [
+            long_frame(
+                stack,
+                layer,
+                examples,
+                heads,
+                "visible_share",
+                share.numpy(),
+                queries.numpy(),
+                labels,
+                _VIS_KEYS + QUERY_GROUPS,
+            ),
+            long_frame(
+                stack,
+                layer,
+                examples,
+                heads,
+                "visible_keys",
+                mean_of(total, queries).numpy(),
+                queries.numpy(),
+                labels,
+                (NO_ROLE,),
+            ),
+        ]
+    )

@@ -1,4 +1,5 @@
 """``entropy``: how spread out each query's attention is, overall and over content keys."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -83,20 +84,37 @@ class EntropyReducer(SiteReducer):
             "content_count": per_role(q_hot, c_ok),
         }
 
-    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
-                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    def _site_frame(
+        self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
+    ) -> pd.DataFrame:
         """``entropy`` rows ([N, H, R+1]) and ``anchor_content_entropy`` rows ([N, H, 1 or R])."""
         total, count = with_all(arrays["sum"], arrays["count"])
-        overall = long_frame(stack, layer, examples, heads, "entropy",
-                             mean_of(total, count).unsqueeze(-1).numpy(), count.numpy(),
-                             QUERY_LABELS, (NO_ROLE,))
+        overall = long_frame(
+            stack,
+            layer,
+            examples,
+            heads,
+            "entropy",
+            mean_of(total, count).unsqueeze(-1).numpy(),
+            count.numpy(),
+            QUERY_LABELS,
+            (NO_ROLE,),
+        )
         c_sum, c_count = arrays["content_sum"], arrays["content_count"]
         labels: tuple[str, ...] = ROLE_NAMES
         if self.anchor_role is not None:
             i = int(self.anchor_role)
-            c_sum, c_count = c_sum[:, :, i:i + 1], c_count[:, :, i:i + 1]
+            c_sum, c_count = c_sum[:, :, i : i + 1], c_count[:, :, i : i + 1]
             labels = (role_label(self.anchor_role),)
-        anchor = long_frame(stack, layer, examples, heads, "anchor_content_entropy",
-                            mean_of(c_sum, c_count).unsqueeze(-1).numpy(), c_count.numpy(),
-                            labels, (Role.CONTENT.label,))
+        anchor = long_frame(
+            stack,
+            layer,
+            examples,
+            heads,
+            "anchor_content_entropy",
+            mean_of(c_sum, c_count).unsqueeze(-1).numpy(),
+            c_count.numpy(),
+            labels,
+            (Role.CONTENT.label,),
+        )
         return concat_frames([overall, anchor])

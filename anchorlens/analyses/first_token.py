@@ -1,4 +1,5 @@
 """``first_token``: attention mass on the first valid key of each example (the classic sink)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -64,10 +65,12 @@ class FirstTokenReducer(SiteReducer):
         count = q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES)
         return {"sum": per_role(q_hot, mass), "count": count}
 
-    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
-                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    def _site_frame(
+        self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
+    ) -> pd.DataFrame:
         """value [N, H, R+1, 1] = sum / count with the ``all`` query role appended."""
         total, count = with_all(arrays["sum"], arrays["count"])
         value = mean_of(total, count).unsqueeze(-1)
-        return long_frame(stack, layer, examples, heads, "first_token_mass", value.numpy(), count.numpy(),
-                          QUERY_LABELS, (NO_ROLE,))
+        return long_frame(
+            stack, layer, examples, heads, "first_token_mass", value.numpy(), count.numpy(), QUERY_LABELS, (NO_ROLE,)
+        )

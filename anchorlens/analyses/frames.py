@@ -16,6 +16,7 @@ value      float64 the metric value
 count      float64 number of queries the value averages over (weights for pooling)
 ========== ======= ==============================================================
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence

@@ -6,6 +6,7 @@ out role labels for headline rows. The headline is the sink-aware decomposition 
 of INPUT queries (special + structural + content; guidance queries excluded), the guidance
 absorption, the entropy of input queries, and the guidance-only metrics reported separately.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,32 +30,69 @@ class HeadlineMetric:
 
     def rows(self, df: pd.DataFrame) -> pd.DataFrame:
         """This metric's rows of a tidy frame (every head, layer, example; fixed rows included)."""
-        return df[(df["metric"] == self.metric) & (df["query_role"] == self.query_role)
-                  & (df["key_role"] == self.key_role)]
+        return df[
+            (df["metric"] == self.metric) & (df["query_role"] == self.query_role) & (df["key_role"] == self.key_role)
+        ]
 
 
 def _part(name: str, key: str, label: str, description: str) -> HeadlineMetric:
     return HeadlineMetric(name, "decomposition", INPUT, key, label, description)
 
 
-SINK_MASS = _part("sink", SINK, "input → sink",
-                  "attention input queries put on the sink: the first input token (BOS / position 0)")
-GUIDANCE_MASS = _part("guidance", GUIDANCE, "input → guidance",
-                      "attention input queries put on guidance keys (soft prompt, instance, capsule)")
-STRUCTURAL_MASS = _part("structural", "structural", "input → structural (sink excluded)",
-                        "attention input queries put on template tokens, the sink excluded")
-CONTENT_MASS = _part("content", "content", "input → content (sink excluded)",
-                     "attention input queries put on the user's fields, the sink excluded")
-SPECIAL_MASS = _part("special", "special", "input → special (sink excluded)",
-                     "attention input queries put on special tokens, the sink excluded")
-ABSORPTION = HeadlineMetric("absorption", "guidance_absorption", INPUT, GUIDANCE, "guidance absorption",
-                            "input → guidance mass / the guidance share of visible positions (> 1: more than its share)")
-INPUT_ENTROPY = HeadlineMetric("entropy", "entropy", INPUT, NO_ROLE, "entropy of input queries",
-                               "normalized attention entropy of input queries")
-GUIDANCE_ENTROPY = HeadlineMetric("guidance_entropy", "entropy", GUIDANCE, NO_ROLE, "entropy of guidance queries",
-                                  "normalized attention entropy of guidance queries (reported separately)")
-ISLAND = HeadlineMetric("island", "island_score", GUIDANCE, GUIDANCE, "island score (guidance → guidance)",
-                        "share of guidance queries' attention kept on guidance keys")
+SINK_MASS = _part(
+    "sink", SINK, "input → sink", "attention input queries put on the sink: the first input token (BOS / position 0)"
+)
+GUIDANCE_MASS = _part(
+    "guidance",
+    GUIDANCE,
+    "input → guidance",
+    "attention input queries put on guidance keys (soft prompt, instance, capsule)",
+)
+STRUCTURAL_MASS = _part(
+    "structural",
+    "structural",
+    "input → structural (sink excluded)",
+    "attention input queries put on template tokens, the sink excluded",
+)
+CONTENT_MASS = _part(
+    "content",
+    "content",
+    "input → content (sink excluded)",
+    "attention input queries put on the user's fields, the sink excluded",
+)
+SPECIAL_MASS = _part(
+    "special",
+    "special",
+    "input → special (sink excluded)",
+    "attention input queries put on special tokens, the sink excluded",
+)
+ABSORPTION = HeadlineMetric(
+    "absorption",
+    "guidance_absorption",
+    INPUT,
+    GUIDANCE,
+    "guidance absorption",
+    "input → guidance mass / the guidance share of visible positions (> 1: more than its share)",
+)
+INPUT_ENTROPY = HeadlineMetric(
+    "entropy", "entropy", INPUT, NO_ROLE, "entropy of input queries", "normalized attention entropy of input queries"
+)
+GUIDANCE_ENTROPY = HeadlineMetric(
+    "guidance_entropy",
+    "entropy",
+    GUIDANCE,
+    NO_ROLE,
+    "entropy of guidance queries",
+    "normalized attention entropy of guidance queries (reported separately)",
+)
+ISLAND = HeadlineMetric(
+    "island",
+    "island_score",
+    GUIDANCE,
+    GUIDANCE,
+    "island score (guidance → guidance)",
+    "share of guidance queries' attention kept on guidance keys",
+)
 
 DECOMPOSITION: tuple[HeadlineMetric, ...] = (SINK_MASS, GUIDANCE_MASS, STRUCTURAL_MASS, CONTENT_MASS, SPECIAL_MASS)
 HEADLINE: tuple[HeadlineMetric, ...] = DECOMPOSITION + (ABSORPTION, INPUT_ENTROPY, GUIDANCE_ENTROPY, ISLAND)
@@ -62,15 +100,26 @@ HEADLINE: tuple[HeadlineMetric, ...] = DECOMPOSITION + (ABSORPTION, INPUT_ENTROP
 
 def anchor_mass_metric(anchor: str) -> HeadlineMetric:
     """Attention input queries put on the ``anchor`` role's keys (e.g. the instance token)."""
-    return HeadlineMetric(f"anchor_mass:{anchor}", "anchor_mass", INPUT, anchor, f"input → {anchor}",
-                          f"attention input queries put on the {anchor} token(s)")
+    return HeadlineMetric(
+        f"anchor_mass:{anchor}",
+        "anchor_mass",
+        INPUT,
+        anchor,
+        f"input → {anchor}",
+        f"attention input queries put on the {anchor} token(s)",
+    )
 
 
 def anchor_structural_metric(anchor: str) -> HeadlineMetric:
     """The ``anchor`` role's own attention to structural keys."""
-    return HeadlineMetric(f"anchor_structural:{anchor}", "anchor_structural", anchor, "structural",
-                          f"{anchor} → structural",
-                          f"the {anchor} token's own attention to structural tokens")
+    return HeadlineMetric(
+        f"anchor_structural:{anchor}",
+        "anchor_structural",
+        anchor,
+        "structural",
+        f"{anchor} → structural",
+        f"the {anchor} token's own attention to structural tokens",
+    )
 
 
 def anchor_metrics(anchor: str) -> tuple[HeadlineMetric, ...]:

@@ -19,6 +19,7 @@ rows, cells whose value the attention mask decides (queries that can see no key 
 only keys of R: value 1; a single key: entropy 0) while keys of R exist in the example, and sets
 their value to NaN and the ``fixed`` column to the reason; every other row has ``fixed == ""``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -90,8 +91,11 @@ def flow_mass(
     flow = df[(df["metric"] == "role_flow") & df["key_role"].isin(keys)]
     if flow.empty:
         return empty_frame()
-    by_query = flow.groupby(list(SITE_KEYS) + ["query_role"], sort=True).agg(
-        value=("value", "sum"), count=("count", "first")).reset_index()
+    by_query = (
+        flow.groupby(list(SITE_KEYS) + ["query_role"], sort=True)
+        .agg(value=("value", "sum"), count=("count", "first"))
+        .reset_index()
+    )
     if query_roles is None:
         by_query["metric"], by_query["key_role"] = metric, key_label
         return conform(by_query)
@@ -206,8 +210,15 @@ def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
 
 # metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
 # role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
-_FLOW_METRICS = ("anchor_mass", "anchor_structural", "island_score", "structural_attention", "special_attention",
-                 "decomposition", "guidance_absorption")
+_FLOW_METRICS = (
+    "anchor_mass",
+    "anchor_structural",
+    "island_score",
+    "structural_attention",
+    "special_attention",
+    "decomposition",
+    "guidance_absorption",
+)
 MASK_REASON = "fixed by the causal mask"
 
 
@@ -231,13 +242,17 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
     cand = cand.merge(present, on=site + ["key_role"], how="left").merge(other, on=site + ["key_role"], how="left")
     zero = (cand["_share"] == 0) & cand["_present"].eq(True)
     one = (cand["_share"] == 1) & cand["_other"].eq(True)
-    reasons = np.where(zero, MASK_REASON + ": {q} queries see no {k} key", MASK_REASON + ": {q} queries see only {k} keys")
+    reasons = np.where(
+        zero, MASK_REASON + ": {q} queries see no {k} key", MASK_REASON + ": {q} queries see only {k} keys"
+    )
     hit = cand[zero | one].assign(_why=reasons[(zero | one).to_numpy()])
     keys_seen = df[df["metric"] == "visible_keys"][site + ["query_role", "value"]].rename(columns={"value": "_keys"})
     ent = df.loc[df["metric"] == "entropy", site + ["query_role", "key_role"]].reset_index()
     ent = ent.merge(keys_seen[keys_seen["_keys"] <= 1], on=site + ["query_role"], how="inner")
     ent = ent.assign(_why=MASK_REASON + ": {q} queries see a single key")
-    hits = pd.concat([hit[["index", "query_role", "key_role", "_why"]], ent[["index", "query_role", "key_role", "_why"]]])
+    hits = pd.concat(
+        [hit[["index", "query_role", "key_role", "_why"]], ent[["index", "query_role", "key_role", "_why"]]]
+    )
     if len(hits):
         why = [w.format(q=q, k=k) for w, q, k in zip(hits["_why"], hits["query_role"], hits["key_role"])]
         idx = hits["index"].to_numpy()

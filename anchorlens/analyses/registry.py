@@ -4,6 +4,7 @@ The registry lives next to the built-in reducers (``role_flow``, ``first_token``
 importing this module imports the ``anchorlens.analyses`` package, which registers them, so a fresh
 process never sees an empty registry. Third-party reducers register with :func:`register_reducer`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -38,4 +39,3 @@ def make_reducer(name: str, **options) -> Reducer:
 def reducer_names() -> list[str]:
     """Names of all registered reducers."""
     return sorted(_REGISTRY)
-

@@ -1,4 +1,5 @@
 """``role_flow``: how much attention queries of each role put on keys of each role."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,10 +43,12 @@ class RoleFlowReducer(SiteReducer):
         count = q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES)
         return {"mass": mass, "count": count}
 
-    def _site_frame(self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray,
-                    arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
+    def _site_frame(
+        self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
+    ) -> pd.DataFrame:
         """value [N, H, R+1, R] = mass / count with the ``all`` query role appended."""
         mass, count = with_all(arrays["mass"], arrays["count"])
         value = mean_of(mass, count)
-        return long_frame(stack, layer, examples, heads, "role_flow", value.numpy(), count.numpy(),
-                          QUERY_LABELS, ROLE_NAMES)
+        return long_frame(
+            stack, layer, examples, heads, "role_flow", value.numpy(), count.numpy(), QUERY_LABELS, ROLE_NAMES
+        )

@@ -6,6 +6,7 @@ group holding ``v`` in that order. Groups of equal size are resampled together a
 product: bootstrap means = values [G, n] @ resample counts [n, n_boot] / n. Non-finite values are
 dropped before anything is computed.
 """
+
 from __future__ import annotations
 
 import functools
@@ -66,14 +67,14 @@ def _bootstrap_rows(values: np.ndarray, n_boot: int, ci: float, seed: int) -> tu
     rows = max(1, _CHUNK // max(n_boot, 1))
     boots = np.empty((min(g, rows), n_boot))
     for start in range(0, g, rows):
-        block = values[start:start + rows]
-        out = boots[:len(block)]
+        block = values[start : start + rows]
+        out = boots[: len(block)]
         col = 0
         for counts in _matrices("boot", n, n_boot, seed):
-            np.matmul(block, counts.T, out=out[:, col:col + len(counts)])
+            np.matmul(block, counts.T, out=out[:, col : col + len(counts)])
             col += len(counts)
         out /= n
-        lo[start:start + rows], hi[start:start + rows] = np.quantile(out, [alpha, 1.0 - alpha], axis=1)
+        lo[start : start + rows], hi[start : start + rows] = np.quantile(out, [alpha, 1.0 - alpha], axis=1)
     const = np.ptp(values, axis=1) == 0
     mean[const] = lo[const] = hi[const] = values[const, 0]
     return mean, lo, hi
@@ -81,11 +82,11 @@ def _bootstrap_rows(values: np.ndarray, n_boot: int, ci: float, seed: int) -> tu
 
 def _sign_patterns(n: int, n_perm: int, seed: int) -> tuple[Iterator[np.ndarray], bool]:
     """Blocks [c, n] of +-1 signs: all 2**n patterns when 2**n <= n_perm (exact), else n_perm random."""
-    exact = n < 63 and 2 ** n <= n_perm
+    exact = n < 63 and 2**n <= n_perm
 
     def blocks() -> Iterator[np.ndarray]:
         step = max(1, _CHUNK // max(n, 1))
-        total, bits = 2 ** n, np.arange(n)
+        total, bits = 2**n, np.arange(n)
         for start in range(0, total, step):
             codes = np.arange(start, min(total, start + step))[:, None]
             yield ((codes >> bits) & 1) * 2.0 - 1.0
@@ -107,12 +108,12 @@ def _sign_flip_rows(diffs: np.ndarray, n_perm: int, seed: int) -> np.ndarray:
     rows = max(1, _CHUNK // max(n_perm, 1))
     total, exact = 0, False
     for start in range(0, g, rows):
-        block, threshold = diffs[start:start + rows], (observed - tol)[start:start + rows, None]
+        block, threshold = diffs[start : start + rows], (observed - tol)[start : start + rows, None]
         blocks, exact = _sign_patterns(n, n_perm, seed)
         total = 0
         for signs in blocks:
             stats = np.abs(block @ signs.T) / n  # [rows, c]
-            extreme[start:start + rows] += (stats >= threshold).sum(1)
+            extreme[start : start + rows] += (stats >= threshold).sum(1)
             total += len(signs)
     return extreme / total if exact else (extreme + 1.0) / (total + 1.0)
 

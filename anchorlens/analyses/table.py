@@ -1,4 +1,5 @@
 """Per-example, per-head sum tables: the whole state of a metric reducer at one site."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping

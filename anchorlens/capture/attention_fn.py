@@ -19,6 +19,7 @@ equal HF eager. At captured sites two modes exist (:class:`~anchorlens.capture.o
 
 Queries are processed in chunks so the float32 score buffers never exceed the memory budget.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -65,8 +66,9 @@ class AttentionCall:
     @property
     def needs_eager_output(self) -> bool:
         """Whether sdpa cannot produce this call's output (soft-capping, sinks, an unmasked window)."""
-        window_skipped = (self.mask is None and self.window is not None and self.causal
-                          and self.window < self.key.shape[2])
+        window_skipped = (
+            self.mask is None and self.window is not None and self.causal and self.window < self.key.shape[2]
+        )
         return self.softcap is not None or self.sinks is not None or window_skipped
 
 
@@ -191,9 +193,18 @@ def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, 
 
 def _sdpa_output(module, call: AttentionCall, dropout: float, is_causal: bool | None, kwargs: dict) -> torch.Tensor:
     """[B, Q, H, D] from transformers' own sdpa path (the plain ``sdpa`` output, bit for bit)."""
-    output, _ = sdpa_attention_forward(module, call.query, call.key, call.value, call.mask, dropout=dropout,
-                                       scaling=call.scaling, is_causal=is_causal, position_bias=call.position_bias,
-                                       **kwargs)
+    output, _ = sdpa_attention_forward(
+        module,
+        call.query,
+        call.key,
+        call.value,
+        call.mask,
+        dropout=dropout,
+        scaling=call.scaling,
+        is_causal=is_causal,
+        position_bias=call.position_bias,
+        **kwargs,
+    )
     return output
 
 
@@ -216,10 +227,16 @@ def anchorlens_attention_forward(
     kwargs.pop("output_attentions", None)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     call = AttentionCall(
-        query, key, value, attention_mask,
+        query,
+        key,
+        value,
+        attention_mask,
         scaling=query.shape[-1] ** -0.5 if scaling is None else float(scaling),
         causal=bool(query.shape[2] > 1 and attention_mask is None and causal),
-        position_bias=position_bias, softcap=softcap, window=sliding_window, sinks=s_aux,
+        position_bias=position_bias,
+        softcap=softcap,
+        window=sliding_window,
+        sinks=s_aux,
     )
     active = _session.current()
     site = None if active is None else active.site_of(module)

@@ -1,4 +1,5 @@
 """From task examples to captured statistics or maps: render, encode, batch, capture."""
+
 from __future__ import annotations
 
 import warnings
@@ -18,11 +19,6 @@ class InputTruncated(UserWarning):
     """Some inputs were longer than the limit and lost their right end."""
 
 
-def _base(target: CaptureTarget):
-    """The Base under a guided model (or the target itself)."""
-    return getattr(target, "base", target)
-
-
 def encode_batches(
     target: CaptureTarget,
     examples: Sequence[Mapping],
@@ -38,8 +34,7 @@ def encode_batches(
     ``InputTruncated`` warning says how many once all batches are out.
     """
     ids = list(range(len(examples))) if example_ids is None else list(example_ids)
-    base = _base(target)
-    context = getattr(base, "context_length", None)
+    context = target.context_length
     limit = min(x for x in (max_length, context) if x is not None) if (max_length or context) else None
     rendered = [template.render(ex) for ex in examples]
     order = list(range(len(examples)))
@@ -48,13 +43,18 @@ def encode_batches(
     truncated = 0
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batch = base.encode([rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=limit)
+        batch = target.encode([rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=limit)
         truncated += int(batch.meta.get("truncated", 0))
         yield batch
     if truncated:
         why = "--max-length" if max_length is not None and limit == max_length else "the base's context length"
-        warnings.warn(InputTruncated(f"truncated {truncated} of {len(examples)} examples to {limit} tokens ({why}); "
-                                     "pass --max-length to choose the limit"), stacklevel=2)
+        warnings.warn(
+            InputTruncated(
+                f"truncated {truncated} of {len(examples)} examples to {limit} tokens ({why}); "
+                "pass --max-length to choose the limit"
+            ),
+            stacklevel=2,
+        )
 
 
 def stream_statistics(
@@ -89,4 +89,4 @@ def collect_maps(
             break
         capture_batch(target, batch, sink, selection, need_logits=False, options=options)
         seen += batch.batch_size
-    return sink.maps(dict(_base(target).adapter.stack_sequences))
+    return sink.maps(dict(target.adapter.stack_sequences))

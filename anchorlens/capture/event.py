@@ -1,4 +1,5 @@
 """What capture hands to a sink for one attention call (or one chunk of its queries)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

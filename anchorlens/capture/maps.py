@@ -1,4 +1,5 @@
 """Full attention maps of one example, for notebooks and paper-style figures."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

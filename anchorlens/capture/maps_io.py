@@ -1,4 +1,5 @@
 """Save and load named AttentionMaps as safetensors + a JSON sidecar (no pickle)."""
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,14 @@ def load_maps(stem: str | Path) -> dict[str, AttentionMaps]:
         stacks = {}
         for stack, info in entry["stacks"].items():
             key = f"{i}/{stack}"
-            stacks[stack] = StackMaps(tensors[f"{key}/probs"], info["layers"], info["heads"], tensors[f"{key}/q_roles"],
-                                      tensors[f"{key}/k_roles"], info["q_tokens"], info["k_tokens"])
+            stacks[stack] = StackMaps(
+                tensors[f"{key}/probs"],
+                info["layers"],
+                info["heads"],
+                tensors[f"{key}/q_roles"],
+                tensors[f"{key}/k_roles"],
+                info["q_tokens"],
+                info["k_tokens"],
+            )
         out[entry["name"]] = AttentionMaps(entry["example_id"], stacks)
     return out

@@ -1,4 +1,5 @@
 """How a capture session computes: output mode and the memory budget of the recompute."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace

@@ -3,6 +3,7 @@
 The registry of reducers by name lives in :mod:`anchorlens.analyses.registry`, next to the
 built-in reducers, so that ``make_reducer("role_flow")`` works in a fresh process.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

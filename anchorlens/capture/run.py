@@ -1,7 +1,9 @@
 """Run a model on encoded batches with capture active."""
+
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import torch
@@ -12,13 +14,37 @@ from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import LayoutProvider
+from anchorlens.roles.templates import Rendered
 
 
 class CaptureTarget(Protocol):
-    """A base or guided model: its attention sites, its layouts and its forward."""
+    """What capture runs (a GuidedModel): its model, adapter, tokenization, attention sites, layouts and forward."""
 
-    device: torch.device
-    model: torch.nn.Module
+    @property
+    def device(self) -> torch.device:
+        """Device batches go to."""
+        ...
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The HF model whose attention calls are captured."""
+        ...
+
+    @property
+    def adapter(self) -> Any:
+        """The architecture adapter (stack names and their query/key sequences)."""
+        ...
+
+    @property
+    def context_length(self) -> int | None:
+        """Longest input the base's positions allow (None: relative positions)."""
+        ...
+
+    def encode(
+        self, rendered: Sequence[Rendered], example_ids: Sequence[int] | None = None, max_length: int | None = None
+    ) -> Encoded:
+        """Tokenize rendered examples with roles."""
+        ...
 
     def sites(self) -> list[tuple[Site, torch.nn.Module]]:
         """Every (site, attention module) pair."""
@@ -74,8 +100,15 @@ def capture_batch(
     model does not have raises UsageError before the forward.
     """
     batch = batch.to(target.device)
-    session = CaptureSession(target.sites(), sink, target.layout(batch), batch.example_ids, selection,
-                             options.resolved(need_logits), num_heads(target.model))
+    session = CaptureSession(
+        target.sites(),
+        sink,
+        target.layout(batch),
+        batch.example_ids,
+        selection,
+        options.resolved(need_logits),
+        num_heads(target.model),
+    )
     install(target.model)
     kwargs = {} if need_logits else _skip_lm_head(target.model)
     if hasattr(sink, "begin_batch"):

@@ -2,6 +2,7 @@
 
 ``Site`` is re-exported from the adapters, which name every site of an architecture.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -23,8 +24,9 @@ def _check_range(flag: str, indices: tuple[int, ...], size: int, what: str) -> N
     """UsageError naming the valid range when an index falls outside ``-size..size-1``."""
     for index in indices:
         if not -size <= index < size:
-            raise UsageError(f"{flag} {index} is out of range: this base has {size} {what} "
-                             f"(0..{size - 1}, or -{size}..-1)")
+            raise UsageError(
+                f"{flag} {index} is out of range: this base has {size} {what} (0..{size - 1}, or -{size}..-1)"
+            )
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,9 @@ class Selection:
         if self.stacks is not None:
             unknown = [s for s in self.stacks if s not in layers_per_stack]
             if unknown:
-                raise UnknownNameError(f"unknown stack {unknown[0]!r}: this base has "
-                                       f"{', '.join(sorted(layers_per_stack))}")
+                raise UnknownNameError(
+                    f"unknown stack {unknown[0]!r}: this base has {', '.join(sorted(layers_per_stack))}"
+                )
         stacks = self.stacks if self.stacks is not None else tuple(layers_per_stack)
         if self.layers is not None and stacks:
             _check_range("--layers", self.layers, max(layers_per_stack[s] for s in stacks), "layers")
@@ -83,7 +86,7 @@ def parse_indices(text: str | None, flag: str = "--layers") -> tuple[int, ...] |
         try:
             if "-" in part[1:]:
                 cut = part.index("-", 1)
-                lo, hi = int(part[:cut]), int(part[cut + 1:])
+                lo, hi = int(part[:cut]), int(part[cut + 1 :])
                 if hi < lo:
                     raise UsageError(f"{flag} {part} is a reversed range: write {hi}-{lo}")
                 out.extend(range(lo, hi + 1))

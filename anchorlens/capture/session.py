@@ -1,4 +1,5 @@
 """The active capture session: which modules are sites, which heads, and where events go."""
+
 from __future__ import annotations
 
 import contextvars
@@ -43,9 +44,7 @@ class CaptureSession:
             layers_per_stack[site.stack] = max(layers_per_stack.get(site.stack, 0), site.layer + 1)
         selection.validate(layers_per_stack, num_heads)
         self._sites = {
-            id(module): site
-            for site, module in sites
-            if selection.accepts(site, layers_per_stack[site.stack])
+            id(module): site for site, module in sites if selection.accepts(site, layers_per_stack[site.stack])
         }
         self.sink = sink
         self.layout = layout
@@ -72,8 +71,15 @@ class CaptureSession:
             self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
         return self._heads_cache[device]
 
-    def emit(self, site: Site, probs: torch.Tensor, visible: torch.Tensor, query_start: int = 0,
-             scores: torch.Tensor | None = None, log_norm: torch.Tensor | None = None) -> None:
+    def emit(
+        self,
+        site: Site,
+        probs: torch.Tensor,
+        visible: torch.Tensor,
+        query_start: int = 0,
+        scores: torch.Tensor | None = None,
+        log_norm: torch.Tensor | None = None,
+    ) -> None:
         """Build the event for ``probs`` [B, H, q, K] (queries ``query_start:query_start+q``) and hand it on."""
         heads = self.heads_tensor(probs.device)
         if heads is None:
@@ -88,10 +94,24 @@ class CaptureSession:
             )
         if q_len != q_total:
             stop = query_start + q_len
-            layout = Layout(SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]),
-                            layout.k)
-        self.sink.consume(AttentionEvent(site.stack, site.layer, heads, probs, visible, layout, self.example_ids,
-                                         query_start, q_total, scores, log_norm))
+            layout = Layout(
+                SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]), layout.k
+            )
+        self.sink.consume(
+            AttentionEvent(
+                site.stack,
+                site.layer,
+                heads,
+                probs,
+                visible,
+                layout,
+                self.example_ids,
+                query_start,
+                q_total,
+                scores,
+                log_norm,
+            )
+        )
 
 
 def current() -> CaptureSession | None:

@@ -1,4 +1,5 @@
 """Sinks that consume attention events: full maps for a few examples, or streaming reducers."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -49,7 +50,9 @@ class MapSink:
             valid = batch.attention_mask[row].bool().tolist()
             seqs = {"input": [t for t, v in zip(batch.tokens[row], valid) if v]}
             if batch.target_ids is not None and batch.target_mask is not None:
-                seqs["target"] = [str(i) for i, v in zip(batch.target_ids[row].tolist(), batch.target_mask[row].tolist()) if v]
+                seqs["target"] = [
+                    str(i) for i, v in zip(batch.target_ids[row].tolist(), batch.target_mask[row].tolist()) if v
+                ]
             self._tokens[ex] = seqs
 
     def consume(self, event: AttentionEvent) -> None:

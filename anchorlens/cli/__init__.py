@@ -1,4 +1,5 @@
 """The ``anchorlens`` command line: thin typer commands over the workflows and reports."""
+
 from __future__ import annotations
 
 import warnings

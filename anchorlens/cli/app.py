@@ -1,4 +1,5 @@
 """The typer application object; commands register themselves on it."""
+
 from __future__ import annotations
 
 import typer
@@ -12,5 +13,7 @@ app = typer.Typer(
     rich_markup_mode=None,  # plain click help: flags shown as flags (--force, not --force <bool>), no boxes
 )
 
-sweep_app = typer.Typer(rich_markup_mode=None, help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length.")
+sweep_app = typer.Typer(
+    rich_markup_mode=None, help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length."
+)
 app.add_typer(sweep_app, name="sweep")

@@ -1,4 +1,5 @@
 """Commands that train and score: train, evaluate, sweep instance, sweep length."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -42,21 +43,27 @@ def _check_eval(eval_data: Path | None, data: TruncatedDataOptions) -> None:
 @app.command()
 @cli_command
 def train(
-    method: Annotated[str, typer.Option("--method", help="prompt (n=100), prompt:n=20, deep-prompt:n=10, capsule, "
-                                                         "capsule:fusion=prepend ...")],
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method", help="prompt (n=100), prompt:n=20, deep-prompt:n=10, capsule, capsule:fusion=prepend ..."
+        ),
+    ],
     output: OutputOptions,
     model: ModelOptions,
     data: TruncatedDataOptions,
     batch: BatchOptions,
     training: TrainingOptions,
     eval_data: Eval_ = None,
-    epochs: Annotated[float | None, typer.Option("--epochs", min=0.0,
-                                                    help="Epochs over the training split.")] = None,
+    epochs: Annotated[float | None, typer.Option("--epochs", min=0.0, help="Epochs over the training split.")] = None,
     grad_accum: Annotated[int, typer.Option("--grad-accum", min=1, help="Gradient accumulation steps.")] = 1,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or adafactor.")] = "adamw",
-    eval_every: Annotated[int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")] = 50,
-    patience: Annotated[int | None, typer.Option("--patience", min=1,
-                                                    help="Early-stopping patience in evaluations.")] = 5,
+    eval_every: Annotated[
+        int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")
+    ] = 50,
+    patience: Annotated[
+        int | None, typer.Option("--patience", min=1, help="Early-stopping patience in evaluations.")
+    ] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
 ) -> None:
     """Train guidance parameters only (the base stays frozen); resumable; writes a checkpoint dir."""
@@ -69,20 +76,39 @@ def train(
 
         with stage(f"loading {model.base}"):
             base = model.load()
-        run = run_train(method, data.task, data.data, eval_data, base=base, epochs=epochs, batch_size=batch.batch_size,
-                        grad_accum=grad_accum, optimizer=optimizer, out=claim, resume=resume, force=output.force,
-                        eval_every=eval_every, patience=patience, n=data.n, max_length=_max_length(data),
-                        **training.train_kwargs())
+        run = run_train(
+            method,
+            data.task,
+            data.data,
+            eval_data,
+            base=base,
+            epochs=epochs,
+            batch_size=batch.batch_size,
+            grad_accum=grad_accum,
+            optimizer=optimizer,
+            out=claim,
+            resume=resume,
+            force=output.force,
+            eval_every=eval_every,
+            patience=patience,
+            n=data.n,
+            max_length=_max_length(data),
+            **training.train_kwargs(),
+        )
     s = run.summary
-    typer.echo(f"{method}: {s['num_trainable']:,} trainable parameters, {s['steps']} steps, "
-               f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; "
-               f"checkpoint {output.out}/final")
+    typer.echo(
+        f"{method}: {s['num_trainable']:,} trainable parameters, {s['steps']} steps, "
+        f"{s['time_per_step_s']:.3f} s/step, best eval accuracy {s['best_eval_accuracy']:.3f}; "
+        f"checkpoint {output.out}/final"
+    )
 
 
 @app.command()
 @cli_command
 def evaluate(
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Checkpoint spec (base, instance, a checkpoint dir, a PEFT dir...).")],
+    ckpt: Annotated[
+        str, typer.Option("--ckpt", help="Checkpoint spec (base, instance, a checkpoint dir, a PEFT dir...).")
+    ],
     model: OwnBaseModelOptions,
     data: TruncatedDataOptions,
     batch: BatchOptions,
@@ -95,16 +121,28 @@ def evaluate(
         from anchorlens.workflows.evaluate import evaluate as run_evaluate
 
         base = model.load_or_own()
-        result = run_evaluate(ckpt, data.task, data.data, data.n, base, batch_size=batch.batch_size,
-                              max_length=_max_length(data), out=claim, force=output.force, progress=True)
+        result = run_evaluate(
+            ckpt,
+            data.task,
+            data.data,
+            data.n,
+            base,
+            batch_size=batch.batch_size,
+            max_length=_max_length(data),
+            out=claim,
+            force=output.force,
+            progress=True,
+        )
     finally:
         if claim is not None:
             claim.release()
     m = result.metrics
     lo, hi = m["accuracy_ci95"]
     extra = "  ".join(f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m)
-    typer.echo(f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
-               f"(n={m['num_examples']}) {extra}".rstrip())
+    typer.echo(
+        f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
+        f"(n={m['num_examples']}) {extra}".rstrip()
+    )
 
 
 @sweep_app.command("instance")
@@ -113,9 +151,15 @@ def sweep_instance_cmd(
     model: OwnBaseModelOptions,
     data: TruncatedDataOptions,
     batch: BatchOptions,
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Prompt-tuned checkpoint to add instance tokens to (paper Finding "
-                                                     "II adds them to a prompt-tuned model, e.g. runs/prompt/final); "
-                                                     "'base' measures them on the bare base.")],
+    ckpt: Annotated[
+        str,
+        typer.Option(
+            "--ckpt",
+            help="Prompt-tuned checkpoint to add instance tokens to (paper Finding "
+            "II adds them to a prompt-tuned model, e.g. runs/prompt/final); "
+            "'base' measures them on the bare base.",
+        ),
+    ],
     k: Annotated[str, typer.Option("--k", help="Numbers of instance tokens, e.g. 0,1,2,4.")] = "0,1,2,4",
     positions: Annotated[str, typer.Option("--positions", help="Positions, e.g. first,last.")] = "first,last",
     output: OutputOptions = OutputOptions(Path("anchorlens-sweep-instance")),
@@ -134,13 +178,35 @@ def sweep_instance_cmd(
         where = parse_positions(positions)
         base = model.load_or_own()
         with stage(f"sweeping {len(counts)} counts x {len(where)} positions"):
-            table = sweep_instance(ckpt, data.task, data.data, counts, where, base=base, n=data.n,
-                                   batch_size=batch.batch_size, max_length=_max_length(data), anchors=True)
-        facts = {"spec": ckpt, "task": data.task, "data": str(data.data or "bundled"),
-                 "examples": int(table["n"].iloc[0])}
+            table = sweep_instance(
+                ckpt,
+                data.task,
+                data.data,
+                counts,
+                where,
+                base=base,
+                n=data.n,
+                batch_size=batch.batch_size,
+                max_length=_max_length(data),
+                anchors=True,
+            )
+        facts = {
+            "spec": ckpt,
+            "task": data.task,
+            "data": str(data.data or "bundled"),
+            "examples": int(table["n"].iloc[0]),
+        }
         with stage("writing tables and figures"):
-            write_sweep(table, claim, kind="instance", x="k", by="position", facts=facts,
-                        extra_metrics=("anchor_mass", "anchor_structural", "sink_mass"), **figures.writer_kwargs())
+            write_sweep(
+                table,
+                claim,
+                kind="instance",
+                x="k",
+                by="position",
+                facts=facts,
+                extra_metrics=("anchor_mass", "anchor_structural", "sink_mass"),
+                **figures.writer_kwargs(),
+            )
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     typer.echo(f"wrote {output.out}/", err=True)
 
@@ -171,13 +237,38 @@ def sweep_length_cmd(
         with stage(f"loading {model.base}"):
             base = model.load()
         with stage(f"training {len(sizes)} prompt lengths", total=None):
-            table = sweep_length(method, sizes, data.task, data.data, eval_data, base=base, out=scratch / "runs",
-                                 batch_size=batch.batch_size, n=data.n, max_length=_max_length(data), progress=False,
-                                 **training.train_kwargs())
-        facts = {"method": method, "task": data.task, "data": str(data.data or "bundled"),
-                 "steps": int(table["steps"].iloc[0]), "lr": training.lr or "default", "seed": training.seed}
+            table = sweep_length(
+                method,
+                sizes,
+                data.task,
+                data.data,
+                eval_data,
+                base=base,
+                out=scratch / "runs",
+                batch_size=batch.batch_size,
+                n=data.n,
+                max_length=_max_length(data),
+                progress=False,
+                **training.train_kwargs(),
+            )
+        facts = {
+            "method": method,
+            "task": data.task,
+            "data": str(data.data or "bundled"),
+            "steps": int(table["steps"].iloc[0]),
+            "lr": training.lr or "default",
+            "seed": training.seed,
+        }
         with stage("writing tables and figures"):
-            write_sweep(table, claim, kind="length", x="length", by=None, facts=facts, runs=scratch / "runs",
-                        **figures.writer_kwargs())
+            write_sweep(
+                table,
+                claim,
+                kind="length",
+                x="length",
+                by=None,
+                facts=facts,
+                runs=scratch / "runs",
+                **figures.writer_kwargs(),
+            )
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     typer.echo(f"wrote {output.out}/", err=True)

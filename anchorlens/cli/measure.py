@@ -3,6 +3,7 @@
 Each command first refuses what it can refuse cheaply (an existing --out, a missing --data), then
 reads and validates the data, and only then imports torch/transformers/matplotlib.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,8 @@ from anchorlens.cli.options import (
     input_dir,
 )
 from anchorlens.errors import UsageError
-from anchorlens.rundir import OutClaim
 from anchorlens.progress import stage
+from anchorlens.rundir import OutClaim
 
 
 @app.command()
@@ -39,7 +40,9 @@ def demo(model: ModelOptions, data: TruncatedDataOptions, batch: BatchOptions) -
     with stage(f"loading {model.base}"):
         base = model.load()
     with stage(f"capturing attention on {inputs.task.name} ({inputs.source})", total=len(inputs.examples)) as bar:
-        metrics = capture_statistics(base, inputs, batch_size=batch.batch_size, max_length=data.max_length, progress=bar)
+        metrics = capture_statistics(
+            base, inputs, batch_size=batch.batch_size, max_length=data.max_length, progress=bar
+        )
     title = f"{model.base} on {len(inputs.examples)} {inputs.task.name} examples: mean over examples and heads"
     typer.echo(format_table(per_layer_table(metrics), title))
 
@@ -54,8 +57,9 @@ def compare(
     batch: BatchOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
-    map_example: Annotated[int, typer.Option("--map-example", min=0,
-                                             help="Index of the example drawn in the attention-map figure.")] = 0,
+    map_example: Annotated[
+        int, typer.Option("--map-example", min=0, help="Index of the example drawn in the attention-map figure.")
+    ] = 0,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
     if len(ckpt) < 2:
@@ -70,8 +74,16 @@ def compare(
             claim.release()
 
 
-def _compare(ckpt: list[str], model: ModelOptions, data: DataOptions, selection, batch: BatchOptions,
-             claim: OutClaim | None, figures: FigureOptions, map_example: int) -> None:
+def _compare(
+    ckpt: list[str],
+    model: ModelOptions,
+    data: DataOptions,
+    selection,
+    batch: BatchOptions,
+    claim: OutClaim | None,
+    figures: FigureOptions,
+    map_example: int,
+) -> None:
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
     from anchorlens.reports.comparison import write_comparison
@@ -81,9 +93,19 @@ def _compare(ckpt: list[str], model: ModelOptions, data: DataOptions, selection,
     started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
     try:
         with stage(f"comparing {len(ckpt)} checkpoints", enabled=rt.is_main()):
-            result = run_compare(ckpt, base=model.base, task=data.task, data=data.data, n=data.n, selection=selection,
-                                 batch_size=batch.batch_size, map_example=map_example, dtype=model.dtype,
-                                 device=model.device, progress=rt.is_main())
+            result = run_compare(
+                ckpt,
+                base=model.base,
+                task=data.task,
+                data=data.data,
+                n=data.n,
+                selection=selection,
+                batch_size=batch.batch_size,
+                map_example=map_example,
+                dtype=model.dtype,
+                device=model.device,
+                progress=rt.is_main(),
+            )
         if rt.is_main() and claim is not None:
             with stage("writing tables, figures and report.html"):
                 write_comparison(result, claim, **figures.writer_kwargs())
@@ -117,14 +139,20 @@ def figures(
 @app.command()
 @cli_command
 def positions(
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Spec or checkpoint with a capsule or instance token "
-                                                     "(e.g. instance, capsule, runs/capsule).")],
+    ckpt: Annotated[
+        str,
+        typer.Option(
+            "--ckpt", help="Spec or checkpoint with a capsule or instance token (e.g. instance, capsule, runs/capsule)."
+        ),
+    ],
     model: ModelOptions,
     data: DataOptions,
     select: SelectionOptions,
     batch: BatchOptions,
-    positions: Annotated[str, typer.Option("--positions", help="Comma-separated: first, after_structural, middle, last, "
-                                                               "or token indices.")] = "first,middle,last",
+    positions: Annotated[
+        str,
+        typer.Option("--positions", help="Comma-separated: first, after_structural, middle, last, or token indices."),
+    ] = "first,middle,last",
     output: OutputOptions = OutputOptions(Path("anchorlens-positions")),
     figures: FigureOptions = FigureOptions(),
 ) -> None:
@@ -138,9 +166,18 @@ def positions(
         from anchorlens.workflows.positions import sweep_positions
 
         with stage(f"sweeping {ckpt} over positions {positions}"):
-            sweep = sweep_positions(ckpt, positions, base=model.base, task=data.task, data=data.data, n=data.n,
-                                    selection=selection, batch_size=batch.batch_size, dtype=model.dtype,
-                                    device=model.device)
+            sweep = sweep_positions(
+                ckpt,
+                positions,
+                base=model.base,
+                task=data.task,
+                data=data.data,
+                n=data.n,
+                selection=selection,
+                batch_size=batch.batch_size,
+                dtype=model.dtype,
+                device=model.device,
+            )
         with stage("writing tables and figures"):
             write_positions(sweep, claim, **figures.writer_kwargs())
     typer.echo(position_grid(sweep.summary, sweep.positions).to_string())
@@ -150,8 +187,9 @@ def positions(
 @app.command()
 @cli_command
 def capture(
-    ckpt: Annotated[str, typer.Option("--ckpt", help="Checkpoint spec: base, instance, capsule, a checkpoint dir "
-                                                     "or a PEFT dir.")],
+    ckpt: Annotated[
+        str, typer.Option("--ckpt", help="Checkpoint spec: base, instance, capsule, a checkpoint dir or a PEFT dir.")
+    ],
     model: ModelOptions,
     data: TruncatedDataOptions,
     select: SelectionOptions,
@@ -170,9 +208,22 @@ def capture(
     from anchorlens.runtime import is_main
     from anchorlens.workflows.capture_run import run_capture
 
-    path = run_capture(ckpt, model.base, data.task, data.data, data.n, selection, batch.batch_size, output.out,
-                       output.force, chunk_size=chunk_size, progress=not no_progress, dtype=model.dtype,
-                       max_length=data.max_length, device=model.device)
+    path = run_capture(
+        ckpt,
+        model.base,
+        data.task,
+        data.data,
+        data.n,
+        selection,
+        batch.batch_size,
+        output.out,
+        output.force,
+        chunk_size=chunk_size,
+        progress=not no_progress,
+        dtype=model.dtype,
+        max_length=data.max_length,
+        device=model.device,
+    )
     if is_main():
         typer.echo(f"wrote {path}/metrics.parquet", err=True)
 

@@ -13,6 +13,7 @@ rebuilds the objects before calling the command. It also maps errors: a UsageErr
 is one ``error: ...`` line and exit 2. Nothing here imports torch: the checks that refuse trivial
 mistakes (existing ``--out``, missing ``--data``) run before the heavy imports.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,21 +36,37 @@ DEFAULT_BASE = "smollm2-135m"  # models.embedded.EMBEDDED_SPEC, named here so --
 
 Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
 Data_ = Annotated[Path | None, typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
-N_ = Annotated[int | None, typer.Option("--n", "--limit", min=1,
-                                           help="Use the first N examples (--limit under torchrun, which claims --n).")]
-Ckpts_ = Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
-                                                          "capsule, a checkpoint dir or a PEFT dir.")]
+N_ = Annotated[
+    int | None,
+    typer.Option("--n", "--limit", min=1, help="Use the first N examples (--limit under torchrun, which claims --n)."),
+]
+Ckpts_ = Annotated[
+    list[str],
+    typer.Option(
+        "--ckpt",
+        help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
+        "capsule, a checkpoint dir or a PEFT dir.",
+    ),
+]
 
 
 @dataclass(frozen=True)
 class ModelOptions:
     """The base model and where it runs: every command that loads a base."""
 
-    base: Annotated[str, typer.Option("--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, "
-                                                     "or a local HF dir.")] = DEFAULT_BASE
-    dtype: Annotated[str, typer.Option("--dtype", help="Weights dtype: float32, bfloat16 (bf16) or float16 (fp16).")] = "float32"
-    device: Annotated[str | None, typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base "
-                                                                   "over the node's GPUs).")] = None
+    base: Annotated[
+        str,
+        typer.Option(
+            "--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, or a local HF dir."
+        ),
+    ] = DEFAULT_BASE
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="Weights dtype: float32, bfloat16 (bf16) or float16 (fp16).")
+    ] = "float32"
+    device: Annotated[
+        str | None,
+        typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base over the node's GPUs)."),
+    ] = None
 
     @property
     def custom_placement(self) -> bool:
@@ -77,8 +94,10 @@ class OwnBaseModelOptions(ModelOptions):
         if self.base is not None:
             return self.load()
         if self.custom_placement:
-            raise UsageError("--dtype/--device need --base here (e.g. --base smollm2-135m); "
-                             "without it the checkpoint's own base is loaded in float32 on the CPU")
+            raise UsageError(
+                "--dtype/--device need --base here (e.g. --base smollm2-135m); "
+                "without it the checkpoint's own base is loaded in float32 on the CPU"
+            )
         return None
 
 
@@ -107,16 +126,25 @@ class DataOptions:
 class TruncatedDataOptions(DataOptions):
     """Data options plus truncation of long inputs."""
 
-    max_length: Annotated[int | None, typer.Option("--max-length", min=2, help="Truncate inputs (longest field first) "
-                                                      "to this many tokens (default: 384 for train/evaluate/sweeps, "
-                                                      "the base's context for capture).")] = None
+    max_length: Annotated[
+        int | None,
+        typer.Option(
+            "--max-length",
+            min=2,
+            help="Truncate inputs (longest field first) "
+            "to this many tokens (default: 384 for train/evaluate/sweeps, "
+            "the base's context for capture).",
+        ),
+    ] = None
 
 
 @dataclass(frozen=True)
 class SelectionOptions:
     """Which layers and heads to capture."""
 
-    layers: Annotated[str | None, typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")] = None
+    layers: Annotated[str | None, typer.Option("--layers", help="Layers to capture, e.g. 0,5-8,-1 (default all).")] = (
+        None
+    )
     heads: Annotated[str | None, typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
 
     def selection(self):
@@ -126,8 +154,9 @@ class SelectionOptions:
         try:
             return Selection(layers=parse_layers(self.layers), heads=parse_layers(self.heads))
         except ValueError:
-            raise UsageError(f"cannot parse --layers {self.layers!r} / --heads {self.heads!r}; "
-                             "use forms like 0,2,5-8,-1") from None
+            raise UsageError(
+                f"cannot parse --layers {self.layers!r} / --heads {self.heads!r}; use forms like 0,2,5-8,-1"
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -142,8 +171,12 @@ class OutputOptions:
     """Where results go and whether an existing directory may be replaced."""
 
     out: Annotated[Path, typer.Option("--out", help="Output directory (refused if it exists, unless --force).")]
-    force: Annotated[bool, typer.Option("--force", help="Replace an existing anchorlens run in --out (never a folder "
-                                                      "anchorlens did not write).")] = False
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Replace an existing anchorlens run in --out (never a folder anchorlens did not write)."
+        ),
+    ] = False
 
     def claim(self, kind: str, *, resume: bool = False) -> OutClaim | None:
         """Claim --out for this run before any work: one line when refused (see :func:`anchorlens.rundir.claim_out`).
@@ -174,9 +207,15 @@ class FigureOptions:
 class TrainingOptions:
     """Optimizer settings shared by train and sweep length (one default for both)."""
 
-    steps: Annotated[int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")] = None
-    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate (positive; default: the training default, "
-                                                          "DEFAULT_LR of anchorlens.training).")] = None
+    steps: Annotated[
+        int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")
+    ] = None
+    lr: Annotated[
+        float | None,
+        typer.Option(
+            "--lr", help="Learning rate (positive; default: the training default, DEFAULT_LR of anchorlens.training)."
+        ),
+    ] = None
     seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0
 
     def train_kwargs(self) -> dict[str, Any]:
@@ -185,8 +224,15 @@ class TrainingOptions:
         return {"seed": self.seed, **{k: v for k, v in given.items() if v is not None}}
 
 
-GROUPS: tuple[type, ...] = (ModelOptions, DataOptions, SelectionOptions, BatchOptions, OutputOptions, FigureOptions,
-                            TrainingOptions)
+GROUPS: tuple[type, ...] = (
+    ModelOptions,
+    DataOptions,
+    SelectionOptions,
+    BatchOptions,
+    OutputOptions,
+    FigureOptions,
+    TrainingOptions,
+)
 
 
 def _is_group(annotation: Any) -> bool:
@@ -213,8 +259,11 @@ def _expand(fn: Callable) -> tuple[inspect.Signature, dict[str, tuple[type, list
                 default = f.default
             else:
                 default = inspect.Parameter.empty
-            params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                            annotation=field_hints[f.name]))
+            params.append(
+                inspect.Parameter(
+                    f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=field_hints[f.name]
+                )
+            )
             names.append(f.name)
         groups[param.name] = (annotation, names)
     seen = [p.name for p in params]
@@ -259,8 +308,11 @@ def cli_command(fn: Callable) -> Callable:
         except Exception as err:  # an anchorlens bug: one line, full traceback on request
             if os.environ.get("ANCHORLENS_DEBUG"):
                 raise
-            typer.secho(f"internal error: {type(err).__name__}: {err} (rerun with ANCHORLENS_DEBUG=1 for the traceback)",
-                        fg=typer.colors.RED, err=True)
+            typer.secho(
+                f"internal error: {type(err).__name__}: {err} (rerun with ANCHORLENS_DEBUG=1 for the traceback)",
+                fg=typer.colors.RED,
+                err=True,
+            )
             raise typer.Exit(1) from None
 
     wrapper.__signature__ = signature  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
 """Evaluation: verbalizer log-likelihood classification, predictions tables and task metrics."""
+
 from __future__ import annotations
 
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, ScoringBatch, scoring_batch

@@ -1,4 +1,5 @@
 """Turn task examples into scoring batches: decoder inputs ending at the answer, or T5 targets per label."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -33,12 +34,17 @@ class ScoringBatch:
     target_labels: torch.Tensor | None = None
     target_weight: torch.Tensor | None = None
 
-    def to(self, device: torch.device | str) -> "ScoringBatch":
+    def to(self, device: torch.device | str) -> ScoringBatch:
         """Copy with every tensor on ``device``."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return replace(self, encoded=self.encoded.to(device), labels=move(self.labels),
-                       answer_pos=move(self.answer_pos), target_labels=move(self.target_labels),
-                       target_weight=move(self.target_weight))
+        return replace(
+            self,
+            encoded=self.encoded.to(device),
+            labels=self.labels.to(device),
+            answer_pos=move(self.answer_pos),
+            target_labels=move(self.target_labels),
+            target_weight=move(self.target_weight),
+        )
 
 
 def label_indices(task: Task, examples: Sequence[dict]) -> torch.Tensor:
@@ -54,7 +60,9 @@ def _pad(base: Base) -> tuple[int, str]:
     return int(pad_id), tok.convert_ids_to_tokens(int(pad_id))
 
 
-def _decoder_batch(base: Base, encoded: Encoded, verbalizers: Verbalizers, max_length: int | None) -> tuple[Encoded, torch.Tensor]:
+def _decoder_batch(
+    base: Base, encoded: Encoded, verbalizers: Verbalizers, max_length: int | None
+) -> tuple[Encoded, torch.Tensor]:
     """Inputs cut to fit, trailing specials dropped, the verbalizers' shared prefix appended; [B] answer positions."""
     tok = base.tokenizer
     shared = list(verbalizers.shared)
@@ -74,7 +82,9 @@ def _decoder_batch(base: Base, encoded: Encoded, verbalizers: Verbalizers, max_l
     return batch, answer_pos
 
 
-def _seq2seq_batch(base: Base, encoded: Encoded, verbalizers: Verbalizers, max_length: int | None) -> tuple[Encoded, torch.Tensor, torch.Tensor]:
+def _seq2seq_batch(
+    base: Base, encoded: Encoded, verbalizers: Verbalizers, max_length: int | None
+) -> tuple[Encoded, torch.Tensor, torch.Tensor]:
     """Each example repeated once per label with that label's verbalizer as decoder target.
 
     Returns the batch ([B*L, T] inputs, [B*L, S] target_ids starting with decoder_start) and
@@ -92,12 +102,12 @@ def _seq2seq_batch(base: Base, encoded: Encoded, verbalizers: Verbalizers, max_l
     dec_ids = torch.full((n_labels, width), pad_id, dtype=torch.long)
     gold = torch.full((n_labels, width), pad_id, dtype=torch.long)
     weight = torch.zeros((n_labels, width), dtype=torch.long)
-    for l, target in enumerate(verbalizers.targets):
+    for label, target in enumerate(verbalizers.targets):
         n = len(target)
-        gold[l, :n] = torch.tensor(target)
-        dec_ids[l, 0] = start
-        dec_ids[l, 1:n] = torch.tensor(target[:-1], dtype=torch.long)
-        weight[l, :n] = 1
+        gold[label, :n] = torch.tensor(target)
+        dec_ids[label, 0] = start
+        dec_ids[label, 1:n] = torch.tensor(target[:-1], dtype=torch.long)
+        weight[label, :n] = 1
     dec_roles = torch.where(weight.bool(), int(Role.STRUCTURAL), int(Role.SPECIAL))
     dec_roles[:, 0] = int(Role.SPECIAL)
     reps = batch.batch_size

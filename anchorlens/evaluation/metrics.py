@@ -1,4 +1,5 @@
 """Classification metrics: accuracy (with bootstrap CI), macro-F1 (CB), MultiRC F1a and EM."""
+
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence

@@ -1,4 +1,5 @@
 """What evaluation and training take: a GuidedModel (a Base is a GuidedModel without guidance)."""
+
 from __future__ import annotations
 
 import torch

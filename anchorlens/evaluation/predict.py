@@ -1,4 +1,5 @@
 """Predict labels for task examples by verbalizer log-likelihood; one row per example."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence

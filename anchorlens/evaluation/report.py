@@ -1,4 +1,5 @@
 """Task metrics from a predictions table."""
+
 from __future__ import annotations
 
 import pandas as pd

@@ -1,4 +1,5 @@
 """Row-level edits of an encoded batch: fit to a length by cutting the longest field, append tokens."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -19,9 +20,14 @@ class Row:
     fields: list[str]
     tokens: list[str]
 
-    def keep(self, positions: list[int]) -> "Row":
+    def keep(self, positions: list[int]) -> Row:
         """The row restricted to ``positions`` (in order)."""
-        return Row(*([seq[i] for i in positions] for seq in (self.ids, self.roles, self.fields, self.tokens)))
+        return Row(
+            [self.ids[i] for i in positions],
+            [self.roles[i] for i in positions],
+            [self.fields[i] for i in positions],
+            [self.tokens[i] for i in positions],
+        )
 
 
 def split_rows(batch: Encoded) -> list[Row]:
@@ -63,8 +69,9 @@ def join_rows(batch: Encoded, rows: list[Row], pad_id: int, pad_token: str) -> E
         else:
             fields.append(r.fields + [""] * pad)
             tokens.append(r.tokens + [pad_token] * pad)
-    return replace(batch, input_ids=ids, attention_mask=mask, roles=roles, fields=fields, tokens=tokens,
-                   meta=dict(batch.meta))
+    return replace(
+        batch, input_ids=ids, attention_mask=mask, roles=roles, fields=fields, tokens=tokens, meta=dict(batch.meta)
+    )
 
 
 def fit_row(row: Row, max_length: int) -> Row:
@@ -104,5 +111,9 @@ def strip_trailing_specials(row: Row) -> Row:
 
 def append_tokens(row: Row, ids: list[int], tokens: list[str], role: Role, field: str) -> Row:
     """The row with ``ids`` appended at its end under ``role``/``field``."""
-    return Row(row.ids + list(ids), row.roles + [int(role)] * len(ids), row.fields + [field] * len(ids),
-               row.tokens + list(tokens))
+    return Row(
+        row.ids + list(ids),
+        row.roles + [int(role)] * len(ids),
+        row.fields + [field] * len(ids),
+        row.tokens + list(tokens),
+    )

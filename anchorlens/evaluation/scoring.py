@@ -1,4 +1,5 @@
 """Label scores: verbalizer log-likelihoods from a model's logits (differentiable, used for training too)."""
+
 from __future__ import annotations
 
 import torch
@@ -29,4 +30,6 @@ def label_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers)
     if batch.answer_pos is not None:
         choice = torch.tensor(verbalizers.choice, dtype=torch.long)
         return decoder_scores(logits, batch.answer_pos, choice)
+    if batch.target_labels is None or batch.target_weight is None:
+        raise ValueError("a scoring batch needs answer positions (decoder) or target labels (encoder-decoder)")
     return seq2seq_scores(logits, batch.target_labels, batch.target_weight, batch.num_labels)

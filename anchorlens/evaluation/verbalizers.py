@@ -9,6 +9,7 @@ tokens after the distinguishing one (e.g. the tail of a multi-token ``" maybe"``
 Encoder-decoder scoring uses the whole verbalizer as the decoder target (``targets``, with the
 tokenizer's ``</s>``) and sums its log-likelihood.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

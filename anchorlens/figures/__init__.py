@@ -3,6 +3,7 @@
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no backend switch,
 no ``plt.show``); save it with :func:`save_figure` or embed it with :func:`figure_to_png_bytes`.
 """
+
 from __future__ import annotations
 
 from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, ROLE_COLORS, clean_token

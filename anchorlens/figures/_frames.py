@@ -1,4 +1,5 @@
 """Filtering and summarising tidy metric frames before plotting (raw ``value`` rows or summaries)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

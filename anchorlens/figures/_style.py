@@ -7,6 +7,7 @@ never needed. In Jupyter the returned figure displays as the cell's value.
 
 One seaborn theme for every figure is set here, once, when the package is imported.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,9 +22,20 @@ from matplotlib.figure import Figure
 
 from anchorlens.roles.kinds import GUIDANCE_ROLES, ROLE_NAMES, Role
 
-THEME: dict = {"context": "paper", "style": "ticks", "font_scale": 1.1,
-                "rc": {"axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 8, "savefig.dpi": 150,
-                       "figure.dpi": 100, "axes.spines.top": False, "axes.spines.right": False}}
+THEME: dict = {
+    "context": "paper",
+    "style": "ticks",
+    "font_scale": 1.1,
+    "rc": {
+        "axes.titlesize": 10,
+        "axes.labelsize": 9,
+        "legend.fontsize": 8,
+        "savefig.dpi": 150,
+        "figure.dpi": 100,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+    },
+}
 sns.set_theme(**THEME)
 
 # One colour per role, everywhere (seaborn "colorblind" palette).

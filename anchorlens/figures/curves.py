@@ -1,4 +1,5 @@
 """Per-layer metric curves with confidence bands, one line per checkpoint."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -76,11 +77,9 @@ def layer_curves(
                     continue
                 x = line["layer"] + dodge(i, len(series))  # side by side, so equal lines both show
                 label = name + (f" (anchor: {anchors[name]})" if anchors and name in anchors else "")
-                ax.plot(x, line["mean"], marker=markers[name], ms=4, lw=1.6, color=colors[name],
-                        label=label)
+                ax.plot(x, line["mean"], marker=markers[name], ms=4, lw=1.6, color=colors[name], label=label)
                 if {"ci_lo", "ci_hi"} <= set(line.columns):
-                    ax.fill_between(x, line["ci_lo"], line["ci_hi"], color=colors[name],
-                                    alpha=0.2, lw=0)
+                    ax.fill_between(x, line["ci_lo"], line["ci_hi"], color=colors[name], alpha=0.2, lw=0)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3, lw=0.5)
             if n_r * n_c > 1:

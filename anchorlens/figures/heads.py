@@ -1,4 +1,5 @@
 """Layer x head grids: mean metric value per head, and paired differences with significance marks."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +29,9 @@ _ANNOTATE_MAX_CELLS = 160
 _PAIR_COLUMNS = (("checkpoint", "baseline"), ("checkpoint_a", "checkpoint_b"), ("a", "b"))
 
 
-def _prepare(df: pd.DataFrame, metric: str, stack: str | None, query_role: str | None,
-             key_role: str | None) -> tuple[pd.DataFrame, list]:
+def _prepare(
+    df: pd.DataFrame, metric: str, stack: str | None, query_role: str | None, key_role: str | None
+) -> tuple[pd.DataFrame, list]:
     """Rows of one metric, per-head only (head >= 0), role filters applied; and the stacks left."""
     out = filter_eq(df, "metric", metric)
     out = filter_eq(out, "stack", stack)
@@ -82,9 +84,19 @@ def head_grid(
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for ax, st, g in zip(axes, stacks, grids):
         show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=_fmt(lo, hi),
-                    annot_kws={"fontsize": _cell_fontsize(g, width)}, linewidths=0.3, linecolor="white",
-                    cbar_kws={"label": pretty(metric), "shrink": 0.9})
+        sns.heatmap(
+            g,
+            ax=ax,
+            cmap=MAP_CMAP,
+            vmin=lo,
+            vmax=hi,
+            annot=show,
+            fmt=_fmt(lo, hi),
+            annot_kws={"fontsize": _cell_fontsize(g, width)},
+            linewidths=0.3,
+            linecolor="white",
+            cbar_kws={"label": pretty(metric), "shrink": 0.9},
+        )
         end_ticks(ax.collections[0].colorbar, lo, hi)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -102,8 +114,14 @@ def _fmt(lo: float, hi: float) -> str:
     return ".2f" if span >= 0.05 or span == 0 else ".3f" if span >= 0.005 else ".2e"
 
 
-def head_range(df: pd.DataFrame, metric: str, checkpoints: Sequence[str] | None = None, *,
-               query_role: str | None = None, key_role: str | None = None) -> tuple[float, float]:
+def head_range(
+    df: pd.DataFrame,
+    metric: str,
+    checkpoints: Sequence[str] | None = None,
+    *,
+    query_role: str | None = None,
+    key_role: str | None = None,
+) -> tuple[float, float]:
     """(min, max) of the per-(layer, head) means of ``metric`` over the given checkpoints: one shared scale."""
     part = filter_eq(df, "checkpoint", list(checkpoints) if checkpoints else None)
     part, _ = _prepare(part, metric, None, query_role, key_role)
@@ -141,19 +159,38 @@ def head_grids(
     axes = panel_grid(fig, len(names), sharex=False, sharey=False)
     for ax, name, g in zip(axes, names, grids):
         show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(g, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=show, fmt=_fmt(lo, hi), cbar=False,
-                    annot_kws={"fontsize": _cell_fontsize(g, width)}, linewidths=0.3, linecolor="white")
+        sns.heatmap(
+            g,
+            ax=ax,
+            cmap=MAP_CMAP,
+            vmin=lo,
+            vmax=hi,
+            annot=show,
+            fmt=_fmt(lo, hi),
+            cbar=False,
+            annot_kws={"fontsize": _cell_fontsize(g, width)},
+            linewidths=0.3,
+            linecolor="white",
+        )
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
-    cbar = fig.colorbar(ScalarMappable(norm=mcolors.Normalize(lo, hi), cmap=MAP_CMAP), ax=axes, shrink=0.85,
-                        label=pretty(metric) + " (one scale for all panels)")
+    cbar = fig.colorbar(
+        ScalarMappable(norm=mcolors.Normalize(lo, hi), cmap=MAP_CMAP),
+        ax=axes,
+        shrink=0.85,
+        label=pretty(metric) + " (one scale for all panels)",
+    )
     end_ticks(cbar, lo, hi)
     n = part["example"].nunique() if "example" in part.columns else None
     where = f"{stacks[0]} stack, " if stacks[0] is not None else ""
-    suptitle(fig, f"{title or pretty(metric) + ' per head'}\n{where}mean over {n} examples" if n else
-             f"{title or pretty(metric) + ' per head'}")
+    suptitle(
+        fig,
+        f"{title or pretty(metric) + ' per head'}\n{where}mean over {n} examples"
+        if n
+        else f"{title or pretty(metric) + ' per head'}",
+    )
     return fig
 
 
@@ -187,8 +224,9 @@ def head_diff_grid(
         raise ValueError(f"comparison frame needs 'diff' and 'q' (or 'q_value'); got {list(part.columns)}")
     diffs = [_grid(part[part["stack"] == st] if st is not None else part, "diff") for st in stacks]
     qs = [_grid(part[part["stack"] == st] if st is not None else part, qcol) for st in stacks]
-    pair = next(((part[a].iloc[0], part[b].iloc[0]) for a, b in _PAIR_COLUMNS
-                 if a in part.columns and b in part.columns), None)
+    pair = next(
+        ((part[a].iloc[0], part[b].iloc[0]) for a, b in _PAIR_COLUMNS if a in part.columns and b in part.columns), None
+    )
     if bound is None:
         bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
     width = max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8)
@@ -196,10 +234,19 @@ def head_diff_grid(
     fig = new_figure(width * len(diffs), height)
     axes = fig.subplots(1, len(diffs), squeeze=False)[0]
     for ax, st, d, q in zip(axes, stacks, diffs, qs):
-        sig = (q.reindex_like(d).to_numpy(dtype=float) < alpha)
+        sig = q.reindex_like(d).to_numpy(dtype=float) < alpha
         show = annotate if annotate is not None else d.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(d, ax=ax, cmap=DIFF_CMAP, vmin=-bound, vmax=bound, annot=False,
-                    linewidths=0.3, linecolor="white", cbar_kws={"label": f"Δ {pretty(metric)}", "shrink": 0.9})
+        sns.heatmap(
+            d,
+            ax=ax,
+            cmap=DIFF_CMAP,
+            vmin=-bound,
+            vmax=bound,
+            annot=False,
+            linewidths=0.3,
+            linecolor="white",
+            cbar_kws={"label": f"Δ {pretty(metric)}", "shrink": 0.9},
+        )
         end_ticks(ax.collections[0].colorbar, -bound, bound)
         fs = _cell_fontsize(d, width)
         values = d.to_numpy(dtype=float)
@@ -210,17 +257,27 @@ def head_diff_grid(
                 strong = abs(values[i, j]) > 0.6 * bound
                 color = "white" if strong else "black"
                 if show:
-                    ax.text(j + 0.5, i + 0.5, f"{values[i, j]:{_fmt(-bound, bound)}}" + ("*" if sig[i, j] else ""),
-                            ha="center", va="center", fontsize=fs, color=color)
+                    ax.text(
+                        j + 0.5,
+                        i + 0.5,
+                        f"{values[i, j]:{_fmt(-bound, bound)}}" + ("*" if sig[i, j] else ""),
+                        ha="center",
+                        va="center",
+                        fontsize=fs,
+                        color=color,
+                    )
                 elif sig[i, j]:
-                    ax.text(j + 0.5, i + 0.5, "*", ha="center", va="center", fontsize=fs + 4,
-                            fontweight="bold", color=color)
+                    ax.text(
+                        j + 0.5, i + 0.5, "*", ha="center", va="center", fontsize=fs + 4, fontweight="bold", color=color
+                    )
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
         if st is not None:
             ax.set_title(f"{st} stack", fontsize=10)
     versus = f"\nΔ = {pair[0]} − {pair[1]}" if pair else ""
-    suptitle(fig, f"{title or 'Paired difference in ' + pretty(metric)}{versus}\n"
-             f"* q < {alpha:g} (Benjamini–Hochberg adjusted)")
+    suptitle(
+        fig,
+        f"{title or 'Paired difference in ' + pretty(metric)}{versus}\n* q < {alpha:g} (Benjamini–Hochberg adjusted)",
+    )
     return fig

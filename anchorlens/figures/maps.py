@@ -1,4 +1,5 @@
 """Paper-style attention heatmaps (keys on x, queries on y) with guidance and structural outlines."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -134,7 +135,9 @@ def guidance_runs(tokens: Sequence[str], roles: Sequence[int]) -> list[tuple[int
     return out
 
 
-def tick_plan(tokens: Sequence[str], roles: Sequence[int], max_labels: int) -> tuple[list[int], list[str], list[tuple[int, int]], int]:
+def tick_plan(
+    tokens: Sequence[str], roles: Sequence[int], max_labels: int
+) -> tuple[list[int], list[str], list[tuple[int, int]], int]:
     """(tick positions, labels, bracketed runs, step): a run of identical guidance tokens gets one
     label at its middle (``<soft_prompt> ×100``) and a bracket; other positions are thinned as usual."""
     brackets = guidance_runs(tokens, roles)
@@ -160,8 +163,9 @@ def _bracket(ax: Any, axis: str, start: int, length: int, color: str) -> None:
     ax.add_line(Line2D(xs, ys, transform=tr, color=color, lw=1.2, clip_on=False, gid=f"bracket:{axis}"))
 
 
-def _style_ticks(ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int], size_in: float,
-                 max_labels: int) -> int:
+def _style_ticks(
+    ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int], size_in: float, max_labels: int
+) -> int:
     """Thinned, cleaned, role-coloured tick labels on one axis (guidance runs bracketed); returns the step."""
     ticks, labels, brackets, step = tick_plan(tokens, roles, max_labels)
     fs = label_fontsize(len(ticks), size_in)
@@ -188,16 +192,47 @@ def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
         qpos = [i for i, r in enumerate(q_roles) if role_name(r) == name]
         if kpos:
             for start, length in runs(kpos):
-                ax.add_patch(Rectangle((start - 0.5, -0.5), length, n_q, fill=False, lw=2.0,
-                                       ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}"))
+                ax.add_patch(
+                    Rectangle(
+                        (start - 0.5, -0.5),
+                        length,
+                        n_q,
+                        fill=False,
+                        lw=2.0,
+                        ec=ROLE_COLORS[name],
+                        zorder=4,
+                        gid=f"guidance:{name}",
+                    )
+                )
         elif qpos:
             for start, length in runs(qpos):
-                ax.add_patch(Rectangle((-0.5, start - 0.5), n_k, length, fill=False, lw=2.0,
-                                       ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}"))
+                ax.add_patch(
+                    Rectangle(
+                        (-0.5, start - 0.5),
+                        n_k,
+                        length,
+                        fill=False,
+                        lw=2.0,
+                        ec=ROLE_COLORS[name],
+                        zorder=4,
+                        gid=f"guidance:{name}",
+                    )
+                )
     spos = [i for i, r in enumerate(k_roles) if int(r) == int(Role.STRUCTURAL)]
     for start, length in runs(spos):
-        ax.add_patch(Rectangle((start - 0.5, -0.5), length, n_q, fill=False, lw=0.7, ls=(0, (3, 2)),
-                               ec=ROLE_COLORS["structural"], zorder=3, gid="structural"))
+        ax.add_patch(
+            Rectangle(
+                (start - 0.5, -0.5),
+                length,
+                n_q,
+                fill=False,
+                lw=0.7,
+                ls=(0, (3, 2)),
+                ec=ROLE_COLORS["structural"],
+                zorder=3,
+                gid="structural",
+            )
+        )
 
 
 def _mask_causal(qk: np.ndarray) -> np.ndarray:
@@ -247,8 +282,12 @@ def attention_map_figure(
     for name, m in maps.items():
         sm, stack_name, ids = _as_stack(m, stack)
         qk, ldesc, hdesc = _reduce(sm, layer, head)
-        parts = {"stack": f"{stack_name} stack" if stack_name else "", "layer": ldesc, "head": hdesc,
-                 "example": _example_desc(ids)}
+        parts = {
+            "stack": f"{stack_name} stack" if stack_name else "",
+            "layer": ldesc,
+            "head": hdesc,
+            "example": _example_desc(ids),
+        }
         panels.append((str(name), sm, qk, parts))
 
     data_max = max(float(np.nanmax(p[2])) if p[2].size else 0.0 for p in panels)
@@ -264,8 +303,7 @@ def attention_map_figure(
     rows, cols = grid_shape(n)
     fig = new_figure(panel_size * cols + 1.6, (panel_size + 0.9) * rows + 1.0)
     axes = panel_grid(fig, n)
-    shared = {k for k in ("stack", "layer", "head", "example")
-              if len({p[3][k] for p in panels}) == 1}
+    shared = {k for k in ("stack", "layer", "head", "example") if len({p[3][k] for p in panels}) == 1}
     image = None
     steps = []
     for ax, (name, sm, qk, parts) in zip(axes, panels):
@@ -273,8 +311,19 @@ def attention_map_figure(
         shown = _mask_causal(qk)
         ax.grid(False)
         if np.ma.is_masked(shown):  # transparent masked cells show this hatched layer
-            ax.add_patch(Rectangle((-0.5, -0.5), qk.shape[1], qk.shape[0], zorder=0, gid="masked", facecolor=MASK_FACE,
-                                   edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
+            ax.add_patch(
+                Rectangle(
+                    (-0.5, -0.5),
+                    qk.shape[1],
+                    qk.shape[0],
+                    zorder=0,
+                    gid="masked",
+                    facecolor=MASK_FACE,
+                    edgecolor=MASK_EDGE,
+                    hatch=MASK_HATCH,
+                    lw=0.0,
+                )
+            )
         image = ax.imshow(shown, cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
         _outline(ax, k_roles, q_roles)
         steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels))
@@ -286,26 +335,36 @@ def attention_map_figure(
         ax.set_title(name + ("\n" + ", ".join(own) if own else ""), fontsize=10)
     assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
-    cbar.set_label("attention probability" + ("" if scale == "linear" else f" ({scale} scale)")
-                   + (" — one scale for all panels" if n > 1 else ""))
+    cbar.set_label(
+        "attention probability"
+        + ("" if scale == "linear" else f" ({scale} scale)")
+        + (" — one scale for all panels" if n > 1 else "")
+    )
     end_ticks(cbar, float(norm.vmin or 0.0), float(norm.vmax or top))
 
     present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}
-    handles: list[Artist] = [Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)")
-               for r in GUIDANCE_NAMES if r in present]
+    handles: list[Artist] = [
+        Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)") for r in GUIDANCE_NAMES if r in present
+    ]
     if "structural" in present:
-        handles.append(Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)),
-                              label="structural (dashed)"))
-    handles += [Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
-                for r in ("special", "content") if r in present]
+        handles.append(
+            Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)), label="structural (dashed)")
+        )
+    handles += [
+        Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
+        for r in ("special", "content")
+        if r in present
+    ]
     if any(np.ma.is_masked(_mask_causal(p[2])) for p in panels):
-        handles.append(Patch(label="masked (causal)", facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0))
+        handles.append(
+            Patch(label="masked (causal)", facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0)
+        )
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5),
-                   fontsize=8, frameon=False)
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=8, frameon=False)
 
-    caption = ", ".join(panels[0][3][k] for k in ("stack", "layer", "head", "example")
-                        if k in shared and panels[0][3][k])
+    caption = ", ".join(
+        panels[0][3][k] for k in ("stack", "layer", "head", "example") if k in shared and panels[0][3][k]
+    )
     if max(steps) > 1:
         caption += (", " if caption else "") + f"labels ≥ {max(steps)} positions apart (guidance/structural first)"
     suptitle(fig, (title or "Attention maps") + (f"\n{caption}" if caption else ""))
@@ -337,16 +396,19 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
     ref, _, ref_id = items[0]
     ref_q, ref_k = _roles(ref.q_roles), _roles(ref.k_roles)
     ref_shape = tuple(_np(ref.probs).shape)
-    hint = ("averaging positions that play different parts would mix them; pick one example "
-            "(e.g. maps[0]) or only examples with the same template and field lengths")
+    hint = (
+        "averaging positions that play different parts would mix them; pick one example "
+        "(e.g. maps[0]) or only examples with the same template and field lengths"
+    )
     for idx, (sm, _, ex_id) in enumerate(items[1:], start=1):
         who = f"example {ex_id}" if ex_id is not None else f"maps[{idx}]"
         if list(sm.layers) != list(ref.layers) or list(sm.heads) != list(ref.heads):
             raise ValueError(f"cannot average {who}: it has other layers/heads than maps[0]")
         for side, mine, theirs in (("query", _roles(sm.q_roles), ref_q), ("key", _roles(sm.k_roles), ref_k)):
             if mine != theirs:
-                raise ValueError(f"cannot average {who} with maps[0]: {side} roles differ "
-                                 f"({_differences(theirs, mine)}); {hint}")
+                raise ValueError(
+                    f"cannot average {who} with maps[0]: {side} roles differ ({_differences(theirs, mine)}); {hint}"
+                )
         for attr in ("q_fields", "k_fields"):  # field names, when a maps object carries them
             if getattr(sm, attr, None) is not None and list(getattr(sm, attr)) != list(getattr(ref, attr, [])):
                 raise ValueError(f"cannot average {who} with maps[0]: {attr} differ; {hint}")
@@ -361,8 +423,10 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
 
     def tokens(side: str, roles: list[int]) -> list[str]:
         seqs = [list(getattr(sm, f"{side}_tokens")) for sm, _, _ in items]
-        return [seqs[0][i] if all(s[i] == seqs[0][i] for s in seqs) else f"<{role_name(roles[i])}>"
-                for i in range(len(roles))]
+        return [
+            seqs[0][i] if all(s[i] == seqs[0][i] for s in seqs) else f"<{role_name(roles[i])}>"
+            for i in range(len(roles))
+        ]
 
     ids: list[Any] = []
     for i, (_, _, ex_id) in enumerate(items):
@@ -371,8 +435,13 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
         else:
             ids.append(ex_id if ex_id is not None else i)
     return AveragedStackMaps(
-        probs=probs, layers=list(ref.layers), heads=list(ref.heads),
-        q_roles=torch.as_tensor(ref_q, dtype=torch.long), k_roles=torch.as_tensor(ref_k, dtype=torch.long),
-        q_tokens=tokens("q", ref_q), k_tokens=tokens("k", ref_k), example_ids=ids,
+        probs=probs,
+        layers=list(ref.layers),
+        heads=list(ref.heads),
+        q_roles=torch.as_tensor(ref_q, dtype=torch.long),
+        k_roles=torch.as_tensor(ref_k, dtype=torch.long),
+        q_tokens=tokens("q", ref_q),
+        k_tokens=tokens("k", ref_k),
+        example_ids=ids,
         n_examples=int(weights.sum()),
     )

@@ -1,4 +1,5 @@
 """Anchor-position sweeps: metric (and optionally accuracy) against insertion position."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -92,13 +93,22 @@ def position_sweep(
         off = (i - (len(series) - 1) / 2) * dodge
         line = s[s[by].astype(str) == name].sort_values(position_col, key=lambda c: c.map(position_key))
         if not line.empty:
-            _errorbars(ax, [xpos[p] + off for p in line[position_col]], line, colors[name],
-                       marker=markers[name], ms=5, lw=1.6, ls="-")
+            _errorbars(
+                ax,
+                [xpos[p] + off for p in line[position_col]],
+                line,
+                colors[name],
+                marker=markers[name],
+                ms=5,
+                lw=1.6,
+                ls="-",
+            )
         if ax2 is not None and acc is not None:
             a = acc[acc[by].astype(str) == name].sort_values(position_col, key=lambda c: c.map(position_key))
             if not a.empty:
-                _errorbars(ax2, [xpos[p] + off for p in a[position_col]], a, colors[name],
-                           marker="s", ms=4, lw=1.2, ls="--")
+                _errorbars(
+                    ax2, [xpos[p] + off for p in a[position_col]], a, colors[name], marker="s", ms=4, lw=1.2, ls="--"
+                )
     ax.set_xticks(range(len(pos_order)), [pretty(p) for p in pos_order], rotation=20 if len(pos_order) > 4 else 0)
     ax.set_xlim(-0.5, len(pos_order) - 0.5)
     ax.set_xlabel("anchor position")
@@ -107,10 +117,15 @@ def position_sweep(
     handles = [Line2D([], [], color=colors[n], lw=2, marker=markers[n], label=str(n)) for n in series]
     if ax2 is not None:
         ax2.set_ylabel("accuracy")
-        handles += [Line2D([], [], color="0.3", ls="-", marker="o", label=pretty(metric)),
-                    Line2D([], [], color="0.3", ls="--", marker="s", label="accuracy")]
+        handles += [
+            Line2D([], [], color="0.3", ls="-", marker="o", label=pretty(metric)),
+            Line2D([], [], color="0.3", ls="--", marker="s", label="accuracy"),
+        ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
-    where = ", ".join(p for p in (f"{stack} stack" if stack else "",
-                                  f"layer {layer}" if layer is not None else "mean over layers") if p)
+    where = ", ".join(
+        p
+        for p in (f"{stack} stack" if stack else "", f"layer {layer}" if layer is not None else "mean over layers")
+        if p
+    )
     suptitle(fig, f"{title or pretty(metric) + ' by anchor position'}\n{where}; bars: 95% bootstrap CI")
     return fig

@@ -1,4 +1,5 @@
 """Role-to-role attention flow: one query-role x key-role heatmap per checkpoint, shared scale."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -85,8 +86,19 @@ def role_flow_heatmaps(
     fig = new_figure((cell * len(k_order) + 1.0) * cols + 2.4, (cell * len(q_order) + 1.6) * rows + 0.8)
     axes = panel_grid(fig, len(names))
     for i, (ax, name, table) in enumerate(zip(axes, names, tables)):
-        sns.heatmap(table, ax=ax, cmap=MAP_CMAP, vmin=lo, vmax=hi, annot=True, fmt=fmt, cbar=False,
-                    annot_kws={"fontsize": 8}, linewidths=0.5, linecolor="white")
+        sns.heatmap(
+            table,
+            ax=ax,
+            cmap=MAP_CMAP,
+            vmin=lo,
+            vmax=hi,
+            annot=True,
+            fmt=fmt,
+            cbar=False,
+            annot_kws={"fontsize": 8},
+            linewidths=0.5,
+            linecolor="white",
+        )
         ax.set_facecolor("white")  # blank (absent role) cells stay white, unlike 0.00 cells
         first_col, last_row = i % cols == 0, i + cols >= len(names)
         ax.set_title(str(name), fontsize=10)
@@ -102,8 +114,15 @@ def role_flow_heatmaps(
     mappable = ScalarMappable(norm=mcolors.Normalize(vmin=lo, vmax=hi), cmap=MAP_CMAP)
     cbar = fig.colorbar(mappable, ax=list(axes), shrink=0.85, label="attention mass (blank: role absent)")
     end_ticks(cbar, lo, hi)
-    parts = [p for p in (f"{stack} stack" if stack else "", layer_desc,
-                         "head mean" if head == -1 else f"head {head}" if head is not None else "") if p]
+    parts = [
+        p
+        for p in (
+            f"{stack} stack" if stack else "",
+            layer_desc,
+            "head mean" if head == -1 else f"head {head}" if head is not None else "",
+        )
+        if p
+    ]
     n = part["example"].nunique() if "example" in part.columns else None
     if n:
         parts.append(f"mean over {n} examples")

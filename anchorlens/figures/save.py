@@ -1,4 +1,5 @@
 """Writing figures to disk (never silently overwriting) and to PNG bytes for HTML reports."""
+
 from __future__ import annotations
 
 import io

@@ -1,4 +1,5 @@
 """Sweep curves: a value (accuracy) with its CI against a swept setting, one line per group."""
+
 from __future__ import annotations
 
 import re
@@ -19,9 +20,19 @@ def _is_integer(values: pd.Series) -> bool:
     return bool(v.notna().all() and np.allclose(v, np.round(v)))
 
 
-def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None = "ci_lo", hi: str | None = "ci_hi",
-                by: str | None = None, title: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
-                log_x: bool | None = None) -> Figure:
+def sweep_curve(
+    df: pd.DataFrame,
+    x: str,
+    y: str = "accuracy",
+    *,
+    lo: str | None = "ci_lo",
+    hi: str | None = "ci_hi",
+    by: str | None = None,
+    title: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    log_x: bool | None = None,
+) -> Figure:
     """``y`` against ``x``, one line per ``by`` value (markers, slight x offsets so overlaps stay visible).
 
     Error bars are drawn when ``lo``/``hi`` columns exist, and only then does the title say "95% CI".
@@ -30,8 +41,9 @@ def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None
     (e.g. no anchor at k = 0) are not drawn.
     """
     data = df.dropna(subset=[y])
-    groups = [(None, data)] if by is None else [(name, data[data[by].astype(str) == name])
-                                                 for name in series_order(df[by])]
+    groups = (
+        [(None, data)] if by is None else [(name, data[data[by].astype(str) == name]) for name in series_order(df[by])]
+    )
     names = [str(name) for name, _ in groups]
     colors, markers = series_colors(names), series_markers(names)
     numeric = pd.api.types.is_numeric_dtype(df[x])
@@ -54,8 +66,18 @@ def sweep_curve(df: pd.DataFrame, x: str, y: str = "accuracy", *, lo: str | None
             err = [(g[y] - g[lo]).clip(lower=0).to_numpy(), (g[hi] - g[y]).clip(lower=0).to_numpy()]
             drew_ci = True
         label = None if name is None else f"{pretty(by or '')} = {name}"
-        ax.errorbar(xv, g[y], yerr=err, marker=markers[str(name)], ms=5, capsize=3, lw=1.5, alpha=0.9,
-                    color=colors[str(name)], label=label)
+        ax.errorbar(
+            xv,
+            g[y],
+            yerr=err,
+            marker=markers[str(name)],
+            ms=5,
+            capsize=3,
+            lw=1.5,
+            alpha=0.9,
+            color=colors[str(name)],
+            label=label,
+        )
     if numeric:
         ticks = sorted(set(xs.dropna().tolist()))
         if log_x:

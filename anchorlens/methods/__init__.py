@@ -1,4 +1,5 @@
 """Guidance methods (soft/deep prompts, instance tokens, capsules, prefixes) and the guided model."""
+
 from __future__ import annotations
 
 from anchorlens.methods.base import Guidance, LayerPositions, masked_mean

@@ -9,6 +9,7 @@ Three levels:
 - ``prefix``: key/value pairs prepended to the keys of every self-attention layer; key-only
   positions, not queries (PEFT prefix tuning).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -82,7 +83,9 @@ class Guidance(nn.Module):
         """Create the parameters for ``base`` (width, layers, stacks); UsageError if unsupported or too large."""
         adapter = base.adapter
         if not adapter.supports_guidance:
-            raise UsageError(f"{self.kind} needs a base that accepts inserted positions; {adapter.family} supports capture only")
+            raise UsageError(
+                f"{self.kind} needs a base that accepts inserted positions; {adapter.family} supports capture only"
+            )
         self.config.check_fits(base)  # before allocating anything
         self.hidden_size = base.hidden_size
         self.stacks = self.choose_stacks(adapter)

@@ -21,6 +21,7 @@ instance token (that is ``instance``: the mean input embedding, inserted once an
 Fusions: ``add`` (above); ``prepend``: two positions [p_i, Mean]; ``project``:
 S_i = p_i + B(A(Mean)) with A [d, r], B [r, d] shared by the layers of a stack (B starts at 0).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -100,8 +101,16 @@ class Capsule(Guidance):
         mean: str = "capsule+input",
     ) -> None:
         super().__init__(
-            CapsuleConfig(
-                fusion=fusion, rank=rank, position=Position.parse(position).value, init=init, stacks=stacks, mean=mean  # type: ignore[arg-type]
+            CapsuleConfig.from_json(
+                {
+                    "fusion": fusion,
+                    "rank": rank,
+                    "position": Position.parse(position).value,
+                    "init": init,
+                    "stacks": [stacks] if isinstance(stacks, str) else (list(stacks) if stacks else None),
+                    "mean": mean,
+                },
+                "Capsule(...)",
             )
         )
         self.p = nn.ParameterDict()

@@ -6,6 +6,7 @@ kinds, options and keys refused with the known ones). Tensors must be finite flo
 sizes match the configs before anything is allocated from a config number. Every error is a
 one-line ``CheckpointError`` naming the file and the field.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,9 @@ from typing import Any
 from safetensors.torch import save_file
 
 from anchorlens.atomic import atomic_dir
-from anchorlens.models.base import fingerprint_hash
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.config import MethodConfig
+from anchorlens.models.base import fingerprint_hash
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
 FORMAT_VERSION = 1
@@ -40,13 +41,25 @@ META_SCHEMA: dict[str, tuple[tuple[type, ...], bool]] = {
 }
 BASE_SCHEMA: dict[str, tuple[type, ...]] = {"spec": (str, type(None)), "fingerprint": (dict,), "provenance": (dict,)}
 FINGERPRINT_TYPES: dict[str, tuple[type, ...]] = {
-    "model_type": (str,), "num_layers": (int,), "hidden_size": (int,), "num_heads": (int,), "vocab_size": (int,), "hash": (str,),
+    "model_type": (str,),
+    "num_layers": (int,),
+    "hidden_size": (int,),
+    "num_heads": (int,),
+    "vocab_size": (int,),
+    "hash": (str,),
     "weights": (str,),
 }
 
 
 def _type_names(types: tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "an object", type(None): "null"}
+    names = {
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+        type(None): "null",
+    }
     return " or ".join(names.get(t, t.__name__) for t in types)
 
 
@@ -67,7 +80,9 @@ def validate_meta(meta: Any, file: Path) -> dict[str, Any]:
         raise CheckpointError(f"{file}: must hold a JSON object; got {type(meta).__name__}")
     unknown = sorted(set(meta) - set(META_SCHEMA))
     if unknown:
-        raise CheckpointError(f"{file}: unknown field {unknown[0]!r} (this anchorlens knows {', '.join(META_SCHEMA)}); upgrade anchorlens")
+        raise CheckpointError(
+            f"{file}: unknown field {unknown[0]!r} (this anchorlens knows {', '.join(META_SCHEMA)}); upgrade anchorlens"
+        )
     for field, (types, required) in META_SCHEMA.items():
         if field not in meta:
             if required:
@@ -78,7 +93,9 @@ def validate_meta(meta: Any, file: Path) -> dict[str, Any]:
     if version < 1:
         raise CheckpointError(f"{file}: field format_version must be a positive integer; got {version}")
     if version > FORMAT_VERSION:
-        raise CheckpointError(f"{file}: format_version {version} is newer than this anchorlens reads ({FORMAT_VERSION}); upgrade it")
+        raise CheckpointError(
+            f"{file}: format_version {version} is newer than this anchorlens reads ({FORMAT_VERSION}); upgrade it"
+        )
     base = meta["base"]
     for key in base:
         if key not in BASE_SCHEMA:
@@ -151,7 +168,9 @@ def save_checkpoint(
     text = json.dumps(meta, indent=2, sort_keys=False) + "\n"  # fails before writing if a value is not JSON-able
     tensors = guided.guidance_state_dict()
     with atomic_dir(out, replace=overwrite) as tmp:
-        save_file(tensors, str(tmp / TENSOR_FILE), metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)})
+        save_file(
+            tensors, str(tmp / TENSOR_FILE), metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)}
+        )
         (tmp / META_FILE).write_text(text)
     return out
 
@@ -184,13 +203,17 @@ def check_base(meta: dict[str, Any], base, path: str | Path, allow_other_base: b
             f"{file}: base.fingerprint: checkpoint {path} was trained on {saved.get('spec')!r} but the base is "
             f"{base.spec!r} ({said}); load it with its own base, or pass allow_other_base=True (--allow-other-base)"
         )
-    warnings.warn(f"checkpoint {path} was trained on {saved.get('spec')!r}, loaded on {base.spec!r} ({said})", stacklevel=3)
+    warnings.warn(
+        f"checkpoint {path} was trained on {saved.get('spec')!r}, loaded on {base.spec!r} ({said})", stacklevel=3
+    )
     keys = ("model_type", "hash")
-    return [{
-        "source": str(path),
-        "recorded": {"spec": saved.get("spec"), **{k: want.get(k) for k in keys}},
-        "base": {"spec": base.spec, **{k: have.get(k) for k in keys}},
-    }]
+    return [
+        {
+            "source": str(path),
+            "recorded": {"spec": saved.get("spec"), **{k: want.get(k) for k in keys}},
+            "base": {"spec": base.spec, **{k: have.get(k) for k in keys}},
+        }
+    ]
 
 
 def _check_tensor_sizes(configs: list[MethodConfig], tensors: dict, base, file: Path) -> None:
@@ -205,7 +228,9 @@ def _check_tensor_sizes(configs: list[MethodConfig], tensors: dict, base, file: 
             )
     stray = sorted(k for k in tensors if not k.split(".", 1)[0].isdigit() or int(k.split(".", 1)[0]) >= len(configs))
     if stray:
-        raise CheckpointError(f"{file}: tensor {stray[0]!r} belongs to no method of {META_FILE}; re-save the checkpoint")
+        raise CheckpointError(
+            f"{file}: tensor {stray[0]!r} belongs to no method of {META_FILE}; re-save the checkpoint"
+        )
 
 
 def load_checkpoint(path: str | Path, base=None, *, allow_other_base: bool = False):
@@ -233,7 +258,9 @@ def load_checkpoint(path: str | Path, base=None, *, allow_other_base: bool = Fal
     try:
         guided.load_guidance_state_dict(tensors)
     except (KeyError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"checkpoint {path}: {TENSOR_FILE} does not match its {META_FILE} ({str(err).splitlines()[0]})") from None
+        raise CheckpointError(
+            f"checkpoint {path}: {TENSOR_FILE} does not match its {META_FILE} ({str(err).splitlines()[0]})"
+        ) from None
     guided.meta = {**meta, **({"other_base": other} if other else {})}
     return guided
 

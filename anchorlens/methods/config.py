@@ -11,6 +11,7 @@ Bounds (what a spec or a file may allocate): positions per example (``n``, ``k``
 base's context length (``DEFAULT_CONTEXT`` when it has none, e.g. T5), and every method's
 parameter tensors at most ``MAX_GUIDANCE_BYTES`` (float32), checked before anything is allocated.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -74,7 +75,9 @@ class MethodConfig:
                 if value < 1:
                     raise UsageError(f"{self.name}: option {f.name} must be >= 1; got {f.name}={value}")
             elif (choices := _choices(hint)) is not None and value not in choices:
-                raise UsageError(f"unknown {self.name} {f.name} {value!r}; choose one of: {', '.join(map(str, choices))}")
+                raise UsageError(
+                    f"unknown {self.name} {f.name} {value!r}; choose one of: {', '.join(map(str, choices))}"
+                )
 
     @classmethod
     def field_types(cls) -> dict[str, Any]:
@@ -95,7 +98,9 @@ class MethodConfig:
         for f in dataclasses.fields(cls):
             choices = _choices(hints[f.name])
             kind = "|".join(map(str, choices)) if choices else getattr(hints[f.name], "__name__", str(hints[f.name]))
-            lines.append(f"{'pos' if f.name == 'position' else f.name} ({kind}, default {f.default}): {f.metadata.get('doc', '')}")
+            lines.append(
+                f"{'pos' if f.name == 'position' else f.name} ({kind}, default {f.default}): {f.metadata.get('doc', '')}"
+            )
         return "\n".join(lines)
 
     # ------------------------------------------------------------------ reading
@@ -210,6 +215,7 @@ def _from_text(method: str, key: str, hint: Any, text: str) -> Any:
 
 def _check_json(cls: type[MethodConfig], key: str, hint: Any, value: Any, at: str) -> None:
     """UsageError naming the option when a JSON value has the wrong type for the field."""
+
     def bad(expected: str) -> UsageError:
         return UsageError(f"{at}option {key} of method {cls.kind} must be {expected}; got {value!r}")
 
@@ -258,5 +264,7 @@ def config_for_kind(kind: Any, where: str = "") -> type[MethodConfig]:
     cls = _BY_KIND.get(kind) if isinstance(kind, str) else None
     if cls is None:
         at = f"{where}: " if where else ""
-        raise UnknownNameError(f"{at}unknown method kind {kind!r} (this anchorlens knows {', '.join(_BY_KIND)}); upgrade anchorlens")
+        raise UnknownNameError(
+            f"{at}unknown method kind {kind!r} (this anchorlens knows {', '.join(_BY_KIND)}); upgrade anchorlens"
+        )
     return cls

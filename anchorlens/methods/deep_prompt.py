@@ -1,4 +1,5 @@
 """Deep prompts (P-tuning v2 as per-layer tokens): n learned vectors per layer, inserted and removed."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -51,7 +52,9 @@ class DeepPrompt(Guidance):
     level = "layer"
     config: DeepPromptConfig
 
-    def __init__(self, n: int = 5, position: str | int | Position = "first", stacks: tuple[str, ...] | str | None = None) -> None:
+    def __init__(
+        self, n: int = 5, position: str | int | Position = "first", stacks: tuple[str, ...] | str | None = None
+    ) -> None:
         super().__init__(DeepPromptConfig(n=n, position=Position.parse(position).value, stacks=stacks))  # type: ignore[arg-type]
         self.prompts = nn.ParameterDict()
 
@@ -73,7 +76,9 @@ class DeepPrompt(Guidance):
         """Create ``prompts[stack]`` [layers, n, d]."""
         std = embedding_std(base)
         for stack in self.stacks:
-            self.prompts[stack] = nn.Parameter(torch.randn(self.layers[stack], self.n, self.hidden_size, generator=generator) * std)
+            self.prompts[stack] = nn.Parameter(
+                torch.randn(self.layers[stack], self.n, self.hidden_size, generator=generator) * std
+            )
 
     def layer_vectors(
         self, stack: str, layer: int, hidden: torch.Tensor, valid: torch.Tensor, tokens: torch.Tensor

@@ -1,4 +1,5 @@
 """GuidedModel: a frozen base plus guidance modules, usable for capture and for training."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -81,6 +82,11 @@ class GuidedModel:
         return self.base.hidden_size
 
     @property
+    def context_length(self) -> int | None:
+        """Longest input the base's positions allow (None for relative positions, as in T5)."""
+        return self.base.context_length
+
+    @property
     def is_encoder_decoder(self) -> bool:
         """True for T5-style bases."""
         return self.base.is_encoder_decoder
@@ -90,7 +96,9 @@ class GuidedModel:
         """Short description: base spec plus methods (``tiny-llama+capsule:fusion=add``)."""
         return "+".join([self.base.spec] + [g.describe() for g in self.guidance_list()])
 
-    def encode(self, rendered: Sequence, example_ids: Sequence[int] | None = None, max_length: int | None = None) -> Encoded:
+    def encode(
+        self, rendered: Sequence, example_ids: Sequence[int] | None = None, max_length: int | None = None
+    ) -> Encoded:
         """Tokenize with the base (see ``Base.encode``)."""
         return self.base.encode(rendered, example_ids, max_length=max_length)
 
@@ -136,7 +144,12 @@ class GuidedModel:
             for g in self.guidance_list():
                 g.begin()  # drop per-forward state (and the graph it references)
         partial = "logits_to_keep" in kwargs  # only the last positions' logits: nothing to realign
-        if plan.inputs is not None and not self.is_encoder_decoder and not partial and getattr(out, "logits", None) is not None:
+        if (
+            plan.inputs is not None
+            and not self.is_encoder_decoder
+            and not partial
+            and getattr(out, "logits", None) is not None
+        ):
             out.logits = plan.inputs.splice.remove(out.logits)
         return out
 
@@ -188,7 +201,12 @@ class GuidedModel:
         """Per guidance: kind, description, trainable parameters and share of base."""
         total = max(1, self.base.num_parameters())
         return [
-            {"kind": g.kind, "method": g.describe(), "trainable": g.num_trainable(), "share_of_base": g.num_trainable() / total}
+            {
+                "kind": g.kind,
+                "method": g.describe(),
+                "trainable": g.num_trainable(),
+                "share_of_base": g.num_trainable() / total,
+            }
             for g in self.guidance_list()
         ]
 
@@ -204,14 +222,19 @@ class GuidedModel:
             raise UsageError(f"guidance tensors do not match the methods: missing {missing}, unexpected {extra}")
         for key, value in state.items():
             if tuple(value.shape) != tuple(own[key].shape):
-                raise UsageError(f"guidance tensor {key} is {tuple(value.shape)}, the methods need {tuple(own[key].shape)}")
+                raise UsageError(
+                    f"guidance tensor {key} is {tuple(value.shape)}, the methods need {tuple(own[key].shape)}"
+                )
         self.guidances.load_state_dict({k: v.to(own[k].device) for k, v in state.items()})
 
     def config(self) -> dict[str, Any]:
         """JSON-able description: base (pinned spec, fingerprint, provenance), methods with options, parameter counts."""
         return {
-            "base": {"spec": self.base.pinned_spec(), "fingerprint": self.base.fingerprint(),
-                     "provenance": self.base.provenance()},
+            "base": {
+                "spec": self.base.pinned_spec(),
+                "fingerprint": self.base.fingerprint(),
+                "provenance": self.base.provenance(),
+            },
             "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidance_list()],
             "seed": self.seed,
             "num_trainable": self.num_trainable(),

@@ -1,4 +1,5 @@
 """Training-free instance-aware token(s): the mean of the input's token embeddings (role INSTANCE)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -27,7 +28,9 @@ class InstanceConfig(MethodConfig):
     mode: Literal["copies", "chunks"] = field(
         default="copies", metadata={"doc": "k copies of the mean, or the means of k contiguous chunks"}
     )
-    position: str | int = field(default="first", metadata={"doc": "where the tokens go (first, middle, last, an index...)"})
+    position: str | int = field(
+        default="first", metadata={"doc": "where the tokens go (first, middle, last, an index...)"}
+    )
 
     def count(self) -> int:
         """k."""

@@ -5,6 +5,7 @@ pickle, never PEFT code). PROMPT_TUNING / P_TUNING become a ``SoftPrompt`` at ``
 before any left padding, as PEFT concatenates); P_TUNING checkpoints hold the prompt encoder's
 output, so no encoder is needed. PREFIX_TUNING becomes a key-only ``Prefix``.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,9 +73,16 @@ def check_peft_base(cfg: dict[str, Any], base, path: Path, allow_other_base: boo
         _, kv_heads, head_dim = base.adapter.kv_geometry(base.model)
         widths.add(kv_heads * head_dim)  # grouped-query models: PEFT's prefix token_dim is the key/value width
     if token_dim is not None and token_dim not in widths:
-        raise _fail(file, f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base")
+        raise _fail(
+            file,
+            f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base",
+        )
     name = cfg.get("base_model_name_or_path") or ""
-    known = {_model_name(n) for n in (base.spec, getattr(base.config, "_name_or_path", ""), getattr(base, "repo", None) or "") if n}
+    known = {
+        _model_name(n)
+        for n in (base.spec, getattr(base.config, "_name_or_path", ""), getattr(base, "repo", None) or "")
+        if n
+    }
     if not name or _model_name(name) in known:
         return []
     if not allow_other_base:
@@ -139,7 +147,11 @@ def peft_guidances(
         notes.extend(facts)
     if kind == "PREFIX_TUNING":
         layers = cfg.get("num_layers")
-        if layers is not None and base.adapter.supports_prefix and int(layers) != base.adapter.kv_geometry(base.model)[0]:
+        if (
+            layers is not None
+            and base.adapter.supports_prefix
+            and int(layers) != base.adapter.kv_geometry(base.model)[0]
+        ):
             raise _fail(file, f"field num_layers is {layers}; the base {base.spec!r} has {base.num_layers}")
         return [Prefix(n, kv=tensor)]
     if tensor.shape[-1] != base.hidden_size:

@@ -3,6 +3,7 @@
 Computed from roles and padding only (never from hidden states), so ``GuidedModel.layout(batch)``
 and ``GuidedModel.forward(batch)`` agree by construction.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Where an inserted guidance position goes, per example (padding and lengths differ)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -4,6 +4,7 @@ The n prefix positions are keys and values, never queries: the captured attentio
 [Q, n+Q] and the prefix keys carry role SOFT_PROMPT. They are not rotary-rotated, and the real
 tokens start at position n, exactly as PEFT's prefilled cache does.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -62,7 +63,9 @@ class Prefix(Guidance):
         """Create ``kv`` [n, layers*2*kv_heads*head_dim]; UsageError on bases without prefix support."""
         adapter = base.adapter
         if not adapter.supports_prefix:
-            raise UsageError(f"prefix tuning is supported on decoder-only bases (llama family, gpt2), not {adapter.family}")
+            raise UsageError(
+                f"prefix tuning is supported on decoder-only bases (llama family, gpt2), not {adapter.family}"
+            )
         layers, self.kv_heads, self.head_dim = adapter.kv_geometry(base.model)
         self.layers = {self.stacks[0]: layers}
         width = layers * 2 * self.kv_heads * self.head_dim

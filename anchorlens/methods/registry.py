@@ -1,4 +1,5 @@
 """The registered methods: one ``register_method(Config, Guidance)`` line per method."""
+
 from __future__ import annotations
 
 from typing import Any

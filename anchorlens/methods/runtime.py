@@ -1,4 +1,5 @@
 """Per-forward hooks that splice layer-level guidance positions in and out of every block."""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -60,10 +61,19 @@ class LayerSplicer:
         def hook(module, args, kwargs):
             hidden = adapter.block_hidden(args, kwargs)
             valid, tokens = (m.to(hidden.device) for m in self._kept(stack))
-            vectors = [g.layer_vectors(stack, layer, hidden, valid, tokens).to(hidden.dtype) for g, _, _ in spliced.owners]
+            vectors = [
+                g.layer_vectors(stack, layer, hidden, valid, tokens).to(hidden.dtype) for g, _, _ in spliced.owners
+            ]
             new_hidden = spliced.splice.apply(hidden, torch.cat(vectors, dim=1))
             return adapter.splice_block_inputs(
-                model, stack, args, kwargs, new_hidden, spliced.splice, spliced.roles.valid.to(hidden.device), self.memo,
+                model,
+                stack,
+                args,
+                kwargs,
+                new_hidden,
+                spliced.splice,
+                spliced.roles.valid.to(hidden.device),
+                self.memo,
                 layer=layer,
             )
 
@@ -79,6 +89,8 @@ class LayerSplicer:
             tokens = valid & ~inserted & input_tokens(spliced.roles.roles.to(hidden.device))
             for g, start, end in spliced.owners:
                 g.after_layer(stack, layer, hidden, LayerPositions(valid, inserted, tokens, spliced.own(start, end)))
-            return adapter.strip_block_output(model, stack, output, spliced.splice.remove(hidden), spliced.splice, self.memo)
+            return adapter.strip_block_output(
+                model, stack, output, spliced.splice.remove(hidden), spliced.splice, self.memo
+            )
 
         return hook

@@ -1,4 +1,5 @@
 """Prompt tuning: n learned vectors spliced into the input embeddings and kept (role SOFT_PROMPT)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -34,7 +35,9 @@ class PromptConfig(MethodConfig):
     init: Literal["vocab", "random"] = field(
         default="vocab", metadata={"doc": "copies of random vocabulary embeddings, or N(0, std(E))"}
     )
-    position: str | int = field(default="first", metadata={"doc": "where the vectors go (first, middle, last, an index...)"})
+    position: str | int = field(
+        default="first", metadata={"doc": "where the vectors go (first, middle, last, an index...)"}
+    )
 
     def count(self) -> int:
         """n."""

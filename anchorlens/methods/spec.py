@@ -7,6 +7,7 @@ checkpoint directory, or a PEFT adapter directory. Examples: ``instance:k=2,pos=
 ``str`` parses back to an equal ``Spec``; ``load_guided`` resolves specs, configs, checkpoint
 and adapter directories, Bases and GuidedModels to a GuidedModel (no guidance = the base).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -101,7 +102,9 @@ def _directory_part(path: Path, text: str) -> Directory:
         return Directory(str(path) if path != Path(text) else text, "checkpoint")
     if is_peft_dir(path):
         return Directory(str(path) if path != Path(text) else text, "peft")
-    raise UsageError(f"{text} is a directory but neither an anchorlens checkpoint (anchorlens.json) nor a PEFT adapter (adapter_config.json)")
+    raise UsageError(
+        f"{text} is a directory but neither an anchorlens checkpoint (anchorlens.json) nor a PEFT adapter (adapter_config.json)"
+    )
 
 
 # ---------------------------------------------------------------------- parsing
@@ -122,7 +125,9 @@ def _split(text: str, original: str) -> list[str]:
     """``text`` split on the ``+`` that join parts; UsageError on an empty part."""
     fragments = text.split("+")
     if any(not f.strip() for f in fragments):
-        raise UsageError(f"spec {original!r} has an empty part; join parts with a single '+' (e.g. prompt:n=10+instance)")
+        raise UsageError(
+            f"spec {original!r} has an empty part; join parts with a single '+' (e.g. prompt:n=10+instance)"
+        )
     parts = [fragments[0]]
     for fragment in fragments[1:]:
         if _continues_value(parts[-1], fragment):
@@ -153,7 +158,9 @@ def _parse_part(text: str) -> SpecPart | None:
     for item in filter(None, (s.strip() for s in opts.split(","))):
         opt, eq, value = item.partition("=")
         if not eq or POSITION_ALIASES.get(opt.strip().lower(), opt.strip().lower()) not in cls.field_types():
-            raise UsageError(f"unknown option {item!r} for {cls.name}; valid options: {', '.join(cls.option_names())} (as name=value)")
+            raise UsageError(
+                f"unknown option {item!r} for {cls.name}; valid options: {', '.join(cls.option_names())} (as name=value)"
+            )
         options[opt.strip().lower()] = value
     return cls.from_text(options)
 
@@ -166,7 +173,9 @@ def parse_spec(spec: str | Spec) -> Spec:
         raise UsageError(f"a spec must be text like 'capsule' or 'prompt:n=10+instance'; got {type(spec).__name__}")
     text = spec.strip()
     if not text:
-        raise UsageError(f"empty spec {spec!r}; name the model ({_choices_text()}); an empty spec is not the base, write 'base'")
+        raise UsageError(
+            f"empty spec {spec!r}; name the model ({_choices_text()}); an empty spec is not the base, write 'base'"
+        )
     whole = _resolve_dir(text)
     if whole is not None:
         return Spec((_directory_part(whole, text),))
@@ -182,7 +191,11 @@ def _resolve_base(base: Base | str | None, spec: Spec) -> Base:
     if isinstance(base, Base):
         return base
     if base is None:
-        saved = [read_meta(p.path)["base"].get("spec") for p in spec.parts if isinstance(p, Directory) and p.kind == "checkpoint"]
+        saved = [
+            read_meta(p.path)["base"].get("spec")
+            for p in spec.parts
+            if isinstance(p, Directory) and p.kind == "checkpoint"
+        ]
         base = next((s for s in saved if s), DEFAULT_BASE)
     if not isinstance(base, str):
         raise UsageError(f"base must be a Base or a base spec such as 'smollm2-135m'; got {type(base).__name__}")

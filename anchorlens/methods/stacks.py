@@ -1,4 +1,5 @@
 """Which self-attention stacks a layer-level guidance inserts into."""
+
 from __future__ import annotations
 
 from anchorlens.errors import UsageError

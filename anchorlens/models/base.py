@@ -1,4 +1,5 @@
 """A loaded base model: HF model + tokenizer + architecture adapter, ready for capture."""
+
 from __future__ import annotations
 
 import hashlib
@@ -32,7 +33,7 @@ class Base:
 
     spec: str
     model: torch.nn.Module
-    tokenizer: object
+    tokenizer: Any  # a transformers tokenizer
     adapter: ArchAdapter
     origin: dict[str, Any] | None = None  # provenance facts set by load_base (kind, repo_id, commit, path)
     _fingerprint: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
@@ -124,8 +125,14 @@ class Base:
 
     def provenance(self) -> dict[str, Any]:
         """Where the base came from: kind (embedded|tiny|local|hub), spec, repo_id, revision, commit, path."""
-        facts: dict[str, Any] = {"kind": "local", "spec": self.spec, "repo_id": None, "revision": None,
-                                 "commit": None, "path": None}
+        facts: dict[str, Any] = {
+            "kind": "local",
+            "spec": self.spec,
+            "repo_id": None,
+            "revision": None,
+            "commit": None,
+            "path": None,
+        }
         facts.update(self.origin or {})
         return facts
 

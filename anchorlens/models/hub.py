@@ -4,6 +4,7 @@
 its ``constants`` module at call time). Only safetensors weights, JSON configs and tokenizer files
 are ever fetched; pickles and code never are.
 """
+
 from __future__ import annotations
 
 import re
@@ -140,11 +141,17 @@ def _hub_errors(hub: HubId, cache: Path, offline: bool, kind: str = "model") -> 
             "use a branch, tag or commit hash the repository has"
         ) from None
     except RemoteEntryNotFoundError:
-        raise UsageError(f"{name} is not {_WHAT[kind]} repository (it has no {_REQUIRED[kind]}); check the id") from None
+        raise UsageError(
+            f"{name} is not {_WHAT[kind]} repository (it has no {_REQUIRED[kind]}); check the id"
+        ) from None
     except HfHubHTTPError as err:
-        raise UsageError(f"could not download {name} from the HuggingFace Hub ({str(err).splitlines()[0]}); try again later") from None
+        raise UsageError(
+            f"could not download {name} from the HuggingFace Hub ({str(err).splitlines()[0]}); try again later"
+        ) from None
     except OSError as err:  # writing the cache: read-only, full disk, a file in the way
-        with os_errors(cache, "cannot write the HuggingFace cache", hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory"):
+        with os_errors(
+            cache, "cannot write the HuggingFace cache", hint="set HF_HUB_CACHE (or HF_HOME) to a writable directory"
+        ):
             raise err from None
 
 
@@ -198,10 +205,16 @@ def resolve_hub_dir(spec: str, kind: Literal["model", "adapter"] = "model") -> t
         raise UsageError(f"unknown hub kind {kind!r}; choose model or adapter")
     hub, revision, cache, offline = _locate(spec)
     with _hub_errors(hub, cache, offline, kind):
-        folder = Path(snapshot_download(
-            hub.repo_id, revision=revision, cache_dir=cache, local_files_only=offline,
-            allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS,
-        ))
+        folder = Path(
+            snapshot_download(
+                hub.repo_id,
+                revision=revision,
+                cache_dir=cache,
+                local_files_only=offline,
+                allow_patterns=ALLOW_PATTERNS,
+                ignore_patterns=IGNORE_PATTERNS,
+            )
+        )
     _check_files(folder, _display(hub), kind)
     provenance = {
         "kind": "hub",

@@ -1,4 +1,5 @@
 """``load_base(spec)``: the embedded model, a local HF directory, a hub id, or a tiny random test base."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
 
 DEFAULT_BASE = EMBEDDED_SPEC
-_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-           "float16": torch.float16, "fp16": torch.float16}
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 
 
 def parse_dtype(name: str | torch.dtype | None) -> torch.dtype:
@@ -100,8 +107,14 @@ def preflight(
 
 
 def _load_hf_dir(
-    path: Path, attn: str, dtype: torch.dtype, device_map: str | None = None, *, label: str | None = None,
-    device: str | None = None, available: Availability | None = None,
+    path: Path,
+    attn: str,
+    dtype: torch.dtype,
+    device_map: str | None = None,
+    *,
+    label: str | None = None,
+    device: str | None = None,
+    available: Availability | None = None,
 ) -> tuple[torch.nn.Module, object]:
     """Load a local HF model directory from safetensors only (never pickle, never remote code).
 
@@ -111,10 +124,14 @@ def _load_hf_dir(
 
     label = label or str(path)
     if (path / "config.json").is_file() and not any(path.glob("*.safetensors")):
-        raise UsageError(f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first")
+        raise UsageError(
+            f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first"
+        )
     config = preflight(path, label, dtype, "auto" if device_map == "auto" else device, available)
     auto = auto_class(config)
-    kwargs = dict(trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=None, dtype=dtype)
+    kwargs: dict[str, Any] = dict(
+        trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=None, dtype=dtype
+    )
     if device_map is not None:
         kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
     try:
@@ -141,7 +158,10 @@ def _load_embedded(attn: str, dtype: torch.dtype, device_map: str | None) -> tup
 
 
 def load_base(
-    spec: str = DEFAULT_BASE, *, dtype: str | torch.dtype | None = None, device: str | None = None,
+    spec: str = DEFAULT_BASE,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | None = None,
     available_memory: Availability = available_bytes,
 ) -> Base:
     """Load a base: ``smollm2-135m`` (default), ``tiny-*``, a local HF dir, or a hub id ``ORG/NAME[@REVISION]``.
@@ -179,7 +199,9 @@ def load_base(
             label, check = spec, None
         else:
             known = ", ".join((EMBEDDED_SPEC, *TINY_BASES))
-            raise UnknownNameError(f"unknown base {spec!r}: not a directory, not a hub id ORG/NAME, and not one of {known}")
+            raise UnknownNameError(
+                f"unknown base {spec!r}: not a directory, not a hub id ORG/NAME, and not one of {known}"
+            )
         model, tok = _load_hf_dir(path, attn, torch_dtype, device_map, label=label, device=device, available=check)
     if tok.pad_token is None:
         if tok.eos_token is None:

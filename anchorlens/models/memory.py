@@ -1,4 +1,5 @@
 """Memory a base needs (sized from its config on empty weights) against what the target device has free."""
+
 from __future__ import annotations
 
 import os
@@ -46,7 +47,11 @@ def available_bytes(device: str | None) -> int | None:
     if device is None or device == "cpu":
         return cpu_available_bytes()
     if device == "auto":
-        gpus = sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else 0
+        gpus = (
+            sum(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count()))
+            if torch.cuda.is_available()
+            else 0
+        )
         return gpus + cpu_available_bytes()
     dev = torch.device(device)
     if dev.type == "cuda" and torch.cuda.is_available():

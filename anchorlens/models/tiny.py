@@ -4,6 +4,7 @@ One base per supported family (``tiny-<family>``). Sliding-window families get a
 smaller than the test inputs, so the window matters; Gemma gets a soft-cap and a
 ``query_pre_attn_scalar`` different from the head dim, so both change the attention.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -60,8 +61,15 @@ def _common(tok: Any) -> dict:
 def _decoder(tok: Any) -> dict:
     """Shape shared by the rotary decoder families: 4 layers, d=64, 4 query heads over 2 kv heads."""
     return dict(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=16, max_position_embeddings=512, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=512,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
         **_common(tok),
     )
 
@@ -69,55 +77,143 @@ def _decoder(tok: Any) -> dict:
 _LAYER_TYPES = ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]
 
 TINY: dict[str, TinySpec] = {
-    "tiny-llama": TinySpec("llama", LlamaForCausalLM, lambda tok: LlamaConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=512, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, **_common(tok),
-    )),
-    "tiny-qwen2": TinySpec("llama", Qwen2ForCausalLM, lambda tok: Qwen2Config(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, **_common(tok),
-    )),
-    "tiny-gpt2": TinySpec("gpt2", GPT2LMHeadModel, lambda tok: GPT2Config(
-        n_embd=64, n_layer=4, n_head=4, n_positions=512, bos_token_id=tok.eos_token_id,
-        eos_token_id=tok.eos_token_id, **_common(tok),
-    )),
-    "tiny-bert": TinySpec("bert", BertForMaskedLM, lambda tok: BertConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        max_position_embeddings=512, **_common(tok),
-    )),
-    "tiny-t5": TinySpec("t5", T5ForConditionalGeneration, lambda tok: T5Config(  # type: ignore[call-arg]
-        d_model=64, d_kv=16, d_ff=128, num_layers=3, num_decoder_layers=3, num_heads=4,
-        relative_attention_num_buckets=8, decoder_start_token_id=tok.pad_token_id,
-        eos_token_id=tok.eos_token_id, **_common(tok),
-    )),
+    "tiny-llama": TinySpec(
+        "llama",
+        LlamaForCausalLM,
+        lambda tok: LlamaConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=512,
+            bos_token_id=tok.bos_token_id,
+            eos_token_id=tok.eos_token_id,
+            **_common(tok),
+        ),
+    ),
+    "tiny-qwen2": TinySpec(
+        "llama",
+        Qwen2ForCausalLM,
+        lambda tok: Qwen2Config(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            **_common(tok),
+        ),
+    ),
+    "tiny-gpt2": TinySpec(
+        "gpt2",
+        GPT2LMHeadModel,
+        lambda tok: GPT2Config(
+            n_embd=64,
+            n_layer=4,
+            n_head=4,
+            n_positions=512,
+            bos_token_id=tok.eos_token_id,
+            eos_token_id=tok.eos_token_id,
+            **_common(tok),
+        ),
+    ),
+    "tiny-bert": TinySpec(
+        "bert",
+        BertForMaskedLM,
+        lambda tok: BertConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            **_common(tok),
+        ),
+    ),
+    "tiny-t5": TinySpec(
+        "t5",
+        T5ForConditionalGeneration,
+        lambda tok: T5Config(  # type: ignore[call-arg]
+            d_model=64,
+            d_kv=16,
+            d_ff=128,
+            num_layers=3,
+            num_decoder_layers=3,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            decoder_start_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            **_common(tok),
+        ),
+    ),
     "tiny-qwen3": TinySpec("llama", Qwen3ForCausalLM, lambda tok: Qwen3Config(**_decoder(tok))),
-    "tiny-mistral": TinySpec("llama", MistralForCausalLM, lambda tok: MistralConfig(
-        sliding_window=WINDOW, **_decoder(tok),
-    )),
-    "tiny-gemma2": TinySpec("llama", Gemma2ForCausalLM, lambda tok: Gemma2Config(
-        sliding_window=WINDOW, layer_types=_LAYER_TYPES, query_pre_attn_scalar=8, attn_logit_softcapping=2.0,
-        final_logit_softcapping=5.0, initializer_range=0.1, **_decoder(tok),
-    )),
-    "tiny-gemma3": TinySpec("llama", Gemma3ForCausalLM, lambda tok: Gemma3TextConfig(
-        sliding_window=WINDOW, layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
-        query_pre_attn_scalar=8, initializer_range=0.1,
-        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
-                         "full_attention": {"rope_type": "default", "rope_theta": 10000.0}},
-        **_decoder(tok),
-    )),
-    "tiny-phi3": TinySpec("llama", Phi3ForCausalLM, lambda tok: Phi3Config(
-        sliding_window=WINDOW, **{k: v for k, v in _decoder(tok).items() if k != "head_dim"},
-    )),
-    "tiny-olmo2": TinySpec("llama", Olmo2ForCausalLM, lambda tok: Olmo2Config(
-        **{k: v for k, v in _decoder(tok).items() if k != "head_dim"},
-    )),
-    "tiny-gpt-neox": TinySpec("gpt2", GPTNeoXForCausalLM, lambda tok: GPTNeoXConfig(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-        max_position_embeddings=512, use_parallel_residual=True,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
-        bos_token_id=tok.eos_token_id, eos_token_id=tok.eos_token_id, **_common(tok),
-    )),
+    "tiny-mistral": TinySpec(
+        "llama",
+        MistralForCausalLM,
+        lambda tok: MistralConfig(
+            sliding_window=WINDOW,
+            **_decoder(tok),
+        ),
+    ),
+    "tiny-gemma2": TinySpec(
+        "llama",
+        Gemma2ForCausalLM,
+        lambda tok: Gemma2Config(
+            sliding_window=WINDOW,
+            layer_types=_LAYER_TYPES,
+            query_pre_attn_scalar=8,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=5.0,
+            initializer_range=0.1,
+            **_decoder(tok),
+        ),
+    ),
+    "tiny-gemma3": TinySpec(
+        "llama",
+        Gemma3ForCausalLM,
+        lambda tok: Gemma3TextConfig(
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=8,
+            initializer_range=0.1,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+            **_decoder(tok),
+        ),
+    ),
+    "tiny-phi3": TinySpec(
+        "llama",
+        Phi3ForCausalLM,
+        lambda tok: Phi3Config(
+            sliding_window=WINDOW,
+            **{k: v for k, v in _decoder(tok).items() if k != "head_dim"},
+        ),
+    ),
+    "tiny-olmo2": TinySpec(
+        "llama",
+        Olmo2ForCausalLM,
+        lambda tok: Olmo2Config(
+            **{k: v for k, v in _decoder(tok).items() if k != "head_dim"},
+        ),
+    ),
+    "tiny-gpt-neox": TinySpec(
+        "gpt2",
+        GPTNeoXForCausalLM,
+        lambda tok: GPTNeoXConfig(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            max_position_embeddings=512,
+            use_parallel_residual=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+            bos_token_id=tok.eos_token_id,
+            eos_token_id=tok.eos_token_id,
+            **_common(tok),
+        ),
+    ),
 }
 TINY_BASES = tuple(TINY)
 

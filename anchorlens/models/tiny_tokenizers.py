@@ -5,6 +5,7 @@ bundled example texts), so no download is ever needed. Styles: ``llama`` (byte-l
 ``<s>``), ``gpt2`` (byte-level BPE, no specials added, pad = eos), ``bert`` (lower-case WordPiece,
 ``[CLS] ... [SEP]``) and ``t5`` (BPE with Metaspace, appends ``</s>``).
 """
+
 from __future__ import annotations
 
 import functools
@@ -64,9 +65,7 @@ def _llama() -> PreTrainedTokenizerFast:
     tok.post_processor = processors.Sequence(
         [
             processors.ByteLevel(trim_offsets=True),
-            processors.TemplateProcessing(
-                single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", bos)]
-            ),
+            processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B:1", special_tokens=[("<s>", bos)]),
         ]
     )
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")

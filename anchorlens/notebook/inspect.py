@@ -3,6 +3,7 @@
 Accepts what users hold: a spec string (``"instance"``), a loaded ``Base`` or ``GuidedModel``, a
 transformers model plus its tokenizer, or a PEFT prompt-learning model plus its tokenizer.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -69,7 +70,9 @@ def _peft_model(peft: Any, tokenizer: Any) -> GuidedModel:
         return load_peft(tmp, base)
 
 
-def as_model(model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "smollm2-135m") -> tuple[GuidedModel, str]:
+def as_model(
+    model_or_spec: Any, *, tokenizer: Any = None, base: str | Base = "smollm2-135m"
+) -> tuple[GuidedModel, str]:
     """(guided model, checkpoint name) from a spec, Base, GuidedModel, HF model (+ tokenizer) or PEFT model."""
     if isinstance(model_or_spec, str):
         return load_guided(model_or_spec, base), model_or_spec
@@ -95,12 +98,17 @@ class Inspection:
     checkpoint: str = "model"
     _png: bytes | None = field(default=None, repr=False)
 
-    def plot(self, layer: int | Literal["mean"] | None = "mean", head: int | Literal["mean"] | None = "mean",
-             stack: str | None = None,
-             scale: str = "sqrt") -> Figure:
+    def plot(
+        self,
+        layer: int | Literal["mean"] | None = "mean",
+        head: int | Literal["mean"] | None = "mean",
+        stack: str | None = None,
+        scale: str = "sqrt",
+    ) -> Figure:
         """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint."""
-        return attention_map_figure({self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale,
-                                    title="Attention map")
+        return attention_map_figure(
+            {self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale, title="Attention map"
+        )
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
@@ -129,11 +137,13 @@ class Inspection:
         stack = self.maps.default_stack
         sm = self.maps[stack]
         anchors = ", ".join(f"#{p} {t!r} {v:.3f}" for p, t, v in self.top_anchors())
-        return (f"Inspection of {self.checkpoint} (template {self.template.name}, {stack} stack)\n"
-                f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
-                f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
-                f"  top anchors (mean attention received): {anchors}\n"
-                f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]")
+        return (
+            f"Inspection of {self.checkpoint} (template {self.template.name}, {stack} stack)\n"
+            f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
+            f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
+            f"  top anchors (mean attention received): {anchors}\n"
+            f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]"
+        )
 
     def __repr__(self) -> str:
         return self.summary()
@@ -151,8 +161,11 @@ class Inspection:
 
         stack = self.maps.default_stack
         png = self.static_png()
-        html = widget_html(self.maps[stack], title=f"{self.checkpoint} · {stack} attention · template "
-                           f"{self.template.name}", fallback_png=png)
+        html = widget_html(
+            self.maps[stack],
+            title=f"{self.checkpoint} · {stack} attention · template {self.template.name}",
+            fallback_png=png,
+        )
         return {"text/html": html, "image/png": png, "text/plain": self.summary()}
 
 

@@ -9,6 +9,7 @@ Values travel as base64 uint16 on one scale shared by every view (sqrt-coded, so
 ~1e-9 of the largest stay non-zero); masked cells (the causal upper triangle) are sent as a flag and
 drawn hatched grey, never as a colour of the scale.
 """
+
 from __future__ import annotations
 
 import base64
@@ -115,8 +116,12 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
     codes, vmax = encode(v)
     data = {
         "b64": base64.b64encode(codes.tobytes()).decode("ascii"),
-        "code_max": CODE_MAX, "vmax": vmax, "log_floor": LOG_FLOOR, "causal": is_causal(maps.probs),
-        "layers": list(maps.layers), "heads": list(maps.heads),
+        "code_max": CODE_MAX,
+        "vmax": vmax,
+        "log_floor": LOG_FLOOR,
+        "causal": is_causal(maps.probs),
+        "layers": list(maps.layers),
+        "heads": list(maps.heads),
         "q": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
         "k": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
         "colors": [ROLE_COLORS.get(Role(i).label, "#333") for i in range(len(Role))],

@@ -1,4 +1,5 @@
 """Write a comparison run directory: metrics, summary.md, figures/, report.html, manifest.json."""
+
 from __future__ import annotations
 
 import json
@@ -8,23 +9,33 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads
-from anchorlens.capture.maps_io import load_maps, save_maps
-from anchorlens.figures import (anchor_tokens, attention_map_figure, figure_to_png_bytes, head_diff_grid, head_grids,
-                                layer_curves, role_flow_heatmaps, save_figure)
-from anchorlens.errors import UsageError
-from anchorlens.reports.html import render_report
 from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
 from anchorlens.atomic import write_json
+from anchorlens.capture.maps_io import load_maps, save_maps
+from anchorlens.errors import UsageError
+from anchorlens.figures import (
+    anchor_tokens,
+    attention_map_figure,
+    figure_to_png_bytes,
+    head_diff_grid,
+    head_grids,
+    layer_curves,
+    role_flow_heatmaps,
+    save_figure,
+)
+from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
 
 CURVES = (SINK_MASS, GUIDANCE_MASS, STRUCTURAL_MASS, INPUT_ENTROPY)
-DECOMPOSITION_NOTE = ("Input queries' attention (special + structural + content; guidance queries excluded) is split "
-                      "into the sink (the first input token), guidance, structural, content and special keys, the "
-                      "sink excluded from the others, summing to 1 per query. Guidance absorption = input → guidance "
-                      "mass / the guidance share of visible positions (> 1: more than its share). Values the causal "
-                      "mask fixes are n/a, not findings.")
+DECOMPOSITION_NOTE = (
+    "Input queries' attention (special + structural + content; guidance queries excluded) is split "
+    "into the sink (the first input token), guidance, structural, content and special keys, the "
+    "sink excluded from the others, summing to 1 per query. Guidance absorption = input → guidance "
+    "mass / the guidance share of visible positions (> 1: more than its share). Values the causal "
+    "mask fixes are n/a, not findings."
+)
 
 
 def _curve_rows(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -38,25 +49,50 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     base, others = result.checkpoints[0], result.checkpoints[1:]
     m = SINK_MASS
     out = [
-        ("attention_maps", f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
-         "guidance outlined, structural tokens dashed", attention_map_figure(result.maps, layer="mean", head="mean")),
-        ("layer_curves", "Per-layer means with 95% bootstrap CI over examples; the sink is each checkpoint's first "
-         "input token", layer_curves(_curve_rows(result.metrics), [c.label for c in CURVES], order=result.checkpoints,
-                                     anchors=anchor_tokens(result.maps))),
-        ("heads_sink", "Attention of input queries to the sink by layer and head, one colour scale for every checkpoint",
-         head_grids(result.metrics, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role)),
+        (
+            "attention_maps",
+            f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
+            "guidance outlined, structural tokens dashed",
+            attention_map_figure(result.maps, layer="mean", head="mean"),
+        ),
+        (
+            "layer_curves",
+            "Per-layer means with 95% bootstrap CI over examples; the sink is each checkpoint's first input token",
+            layer_curves(
+                _curve_rows(result.metrics),
+                [c.label for c in CURVES],
+                order=result.checkpoints,
+                anchors=anchor_tokens(result.maps),
+            ),
+        ),
+        (
+            "heads_sink",
+            "Attention of input queries to the sink by layer and head, one colour scale for every checkpoint",
+            head_grids(result.metrics, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role),
+        ),
     ]
     paired = result.paired[result.paired["head"] >= 0]
     shown = paired[(paired.metric == m.metric) & (paired.query_role == m.query_role) & (paired.key_role == m.key_role)]
     bound = float(shown["diff"].abs().max()) if len(shown) else None  # one scale for every difference figure
     for name in others:
-        out.append((f"heads_diff_{_safe(name)}", f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
-                    head_diff_grid(paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role,
-                                   bound=bound or None)))
+        out.append(
+            (
+                f"heads_diff_{_safe(name)}",
+                f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
+                head_diff_grid(
+                    paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role, bound=bound or None
+                ),
+            )
+        )
     flow = average_heads(result.metrics[result.metrics.metric == "role_flow"])
     flow = flow[flow.query_role != "all"]
-    out.append(("role_flow", "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
-                role_flow_heatmaps(flow, checkpoints=result.checkpoints)))
+    out.append(
+        (
+            "role_flow",
+            "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
+            role_flow_heatmaps(flow, checkpoints=result.checkpoints),
+        )
+    )
     return out
 
 
@@ -75,7 +111,9 @@ def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
     return path
 
 
-def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True) -> Path:
+def write_comparison(
+    result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
+) -> Path:
     """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
     grid = headline_grid(result.headline, result.checkpoints)
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
@@ -88,16 +126,29 @@ def write_comparison(result: Comparison, out: str | Path | OutClaim, force: bool
             rendered = write_figures(result, tmp / "figures")
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
-        md = [f"# {title}", "", f"Task {result.facts['task']}, {result.facts['examples']} examples from "
-              f"{result.facts['source']}, base {result.facts['base']}.", "",
-              "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
-              f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.", "", DECOMPOSITION_NOTE, "",
-              to_markdown(grid), "", *(f"- {n}" for n in fixed_notes(result.headline)), ""]
+        md = [
+            f"# {title}",
+            "",
+            f"Task {result.facts['task']}, {result.facts['examples']} examples from "
+            f"{result.facts['source']}, base {result.facts['base']}.",
+            "",
+            "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
+            f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.",
+            "",
+            DECOMPOSITION_NOTE,
+            "",
+            to_markdown(grid),
+            "",
+            *(f"- {n}" for n in fixed_notes(result.headline)),
+            "",
+        ]
         (tmp / "summary.md").write_text("\n".join(md))
-        (tmp / "report.html").write_text(render_report(title, facts, grid, rendered,
-                                                       [DECOMPOSITION_NOTE, *fixed_notes(result.headline)]))
+        (tmp / "report.html").write_text(
+            render_report(title, facts, grid, rendered, [DECOMPOSITION_NOTE, *fixed_notes(result.headline)])
+        )
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
-        write_manifest(tmp, "compare", **facts, data_digest=examples_digest(result.inputs.examples))
+        digest = examples_digest(result.inputs.examples) if result.inputs is not None else facts.get("data_digest")
+        write_manifest(tmp, "compare", **facts, data_digest=digest)
     return claim.path
 
 
@@ -111,7 +162,9 @@ def write_figures(result: Comparison, folder: Path) -> list[tuple[str, bytes]]:
     return rendered
 
 
-def redraw_figures(run_dir: str | Path, out: str | Path | OutClaim | None = None, force: bool = False) -> tuple[Path, int]:
+def redraw_figures(
+    run_dir: str | Path, out: str | Path | OutClaim | None = None, force: bool = False
+) -> tuple[Path, int]:
     """``anchorlens figures``: redraw a compare run's figures into ``out`` (default RUN_DIR/figures) atomically.
 
     Returns (folder, number of figures). The folder records a manifest; a kill leaves no half folder.
@@ -132,7 +185,9 @@ def load_comparison(run_dir: str | Path) -> Comparison:
     missing = [f for f in needed if not (run / f).exists()]
     metrics = next((p for p in (run / "metrics.parquet", run / "metrics.csv") if p.exists()), None)
     if not run.is_dir() or missing or metrics is None:
-        raise UsageError(f"{run} is not an anchorlens compare run directory (missing {', '.join(missing) or 'metrics'})")
+        raise UsageError(
+            f"{run} is not an anchorlens compare run directory (missing {', '.join(missing) or 'metrics'})"
+        )
     facts = json.loads((run / "facts.json").read_text())
     df = pd.read_parquet(metrics) if metrics.suffix == ".parquet" else pd.read_csv(metrics, keep_default_na=False)
     read = lambda name: pd.read_csv(run / name, keep_default_na=False, na_values=[""])  # noqa: E731

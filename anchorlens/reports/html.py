@@ -1,4 +1,5 @@
 """A self-contained report.html rendered from a jinja2 template: inline images, tables; no script, CDN or network."""
+
 from __future__ import annotations
 
 import base64
@@ -11,15 +12,22 @@ import pandas as pd
 from markupsafe import Markup
 
 TEMPLATES = Path(__file__).with_name("templates")
-HEADLINE_NOTE = ("Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; "
-                 "Δ is the paired difference to the first checkpoint with Benjamini–Hochberg adjusted q.")
+HEADLINE_NOTE = (
+    "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; "
+    "Δ is the paired difference to the first checkpoint with Benjamini–Hochberg adjusted q."
+)
 
 
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The report templates, autoescaped (every value is HTML-escaped unless marked safe)."""
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True,
-                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
 
 
 def _image(png_or_svg: bytes, caption: str) -> dict[str, str]:
@@ -34,10 +42,19 @@ def _grid_html(grid: pd.DataFrame) -> Markup:
     return Markup(grid.to_html(escape=True, border=0, na_rep="—"))
 
 
-def render_report(title: str, facts: Mapping, grid: pd.DataFrame, figures: Sequence[tuple[str, bytes]],
-                  notes: Sequence[str] = ()) -> str:
+def render_report(
+    title: str, facts: Mapping, grid: pd.DataFrame, figures: Sequence[tuple[str, bytes]], notes: Sequence[str] = ()
+) -> str:
     """The whole HTML document: facts (nested dicts as nested tables), the headline grid, embedded figures."""
-    return environment().get_template("report.html.j2").render(
-        title=title, facts=dict(facts), grid_html=_grid_html(grid), headline_note=HEADLINE_NOTE,
-        notes=list(notes), figures=[_image(data, caption) for caption, data in figures],
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            title=title,
+            facts=dict(facts),
+            grid_html=_grid_html(grid),
+            headline_note=HEADLINE_NOTE,
+            notes=list(notes),
+            figures=[_image(data, caption) for caption, data in figures],
+        )
     )

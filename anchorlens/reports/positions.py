@@ -1,4 +1,5 @@
 """Write a position-sweep run directory: metrics, positions.csv, summary.md, figures/, manifest.json."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,6 +17,7 @@ from anchorlens.workflows.positions import PositionSweep
 def position_grid(summary: pd.DataFrame, order: list[str] | None = None) -> pd.DataFrame:
     """Position x metric grid of 'mean [CI]' cells (``n/a (fixed by the causal mask)`` where the mask
     decides the value), rows in sweep order, columns the metrics' labels."""
+
     def cell(r: pd.Series) -> str:
         if str(r.get("fixed", "") or "") not in ("", "nan"):
             return FIXED_CELL
@@ -27,8 +29,14 @@ def position_grid(summary: pd.DataFrame, order: list[str] | None = None) -> pd.D
     return grid.reindex(order or list(dict.fromkeys(summary["position"])))
 
 
-def write_positions(sweep: PositionSweep, out: str | Path | OutClaim, force: bool = False,
-                    accuracy: pd.DataFrame | None = None, *, figures: bool = True) -> Path:
+def write_positions(
+    sweep: PositionSweep,
+    out: str | Path | OutClaim,
+    force: bool = False,
+    accuracy: pd.DataFrame | None = None,
+    *,
+    figures: bool = True,
+) -> Path:
     """Write every artifact of a position sweep atomically into ``out`` (a path or the command's claim)."""
     grid = position_grid(sweep.summary, sweep.positions)
     with claimed(out, kind="positions", force=force) as claim, claim.atomic() as tmp:
@@ -36,15 +44,26 @@ def write_positions(sweep: PositionSweep, out: str | Path | OutClaim, force: boo
         sweep.summary.to_csv(tmp / "positions.csv", index=False)
         for m in anchor_metrics(sweep.anchor) if figures else ():
             (tmp / "figures").mkdir(exist_ok=True)
-            fig = position_sweep(m.rows(sweep.metrics), m.metric, accuracy, head=None,
-                                 title=f"{m.label} vs {sweep.anchor} position ({sweep.spec})")
+            fig = position_sweep(
+                m.rows(sweep.metrics),
+                m.metric,
+                accuracy,
+                head=None,
+                title=f"{m.label} vs {sweep.anchor} position ({sweep.spec})",
+            )
             save_figure(fig, tmp / "figures" / f"positions_{m.metric}")
-        md = [f"# Position sweep: {sweep.spec}", "", f"Task {sweep.facts['task']}, {sweep.facts['examples']} examples "
-              f"from {sweep.facts['source']}. anchor_mass: attention input queries pay to the {sweep.anchor} token; "
-              f"anchor_structural: the {sweep.anchor} token's own attention to structural tokens. Mean over examples "
-              "(each averaged over layers and heads) with 95% bootstrap CI. n/a (fixed by the causal mask): the mask decides "
-              "that value at that position (e.g. nothing before the input can see it), so it is not a finding.", "",
-              to_markdown(grid, "position"), ""]
+        md = [
+            f"# Position sweep: {sweep.spec}",
+            "",
+            f"Task {sweep.facts['task']}, {sweep.facts['examples']} examples "
+            f"from {sweep.facts['source']}. anchor_mass: attention input queries pay to the {sweep.anchor} token; "
+            f"anchor_structural: the {sweep.anchor} token's own attention to structural tokens. Mean over examples "
+            "(each averaged over layers and heads) with 95% bootstrap CI. n/a (fixed by the causal mask): the mask decides "
+            "that value at that position (e.g. nothing before the input can see it), so it is not a finding.",
+            "",
+            to_markdown(grid, "position"),
+            "",
+        ]
         (tmp / "summary.md").write_text("\n".join(md))
         write_manifest(tmp, "positions", **sweep.facts, data_digest=examples_digest(sweep.inputs.examples))
     return claim.path

@@ -1,4 +1,5 @@
 """Write sweep run directories: the table (csv + markdown), figures and a manifest."""
+
 from __future__ import annotations
 
 import shutil
@@ -16,22 +17,50 @@ def _fmt(df: pd.DataFrame) -> pd.DataFrame:
     return df.apply(lambda col: col.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v))
 
 
-def write_sweep(table: pd.DataFrame, out: str | Path | OutClaim, *, kind: str, x: str, by: str | None, facts: dict,
-                force: bool = False, extra_metrics: tuple[str, ...] = (), runs: Path | None = None,
-                figures: bool = True) -> Path:
+def write_sweep(
+    table: pd.DataFrame,
+    out: str | Path | OutClaim,
+    *,
+    kind: str,
+    x: str,
+    by: str | None,
+    facts: dict,
+    force: bool = False,
+    extra_metrics: tuple[str, ...] = (),
+    runs: Path | None = None,
+    figures: bool = True,
+) -> Path:
     """sweep.csv, summary.md, figures/accuracy (+ one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
     with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
         table.to_csv(tmp / "sweep.csv", index=False)
         if figures:
             (tmp / "figures").mkdir()
-            save_figure(sweep_curve(table, x, "accuracy", lo="ci_lo", hi="ci_hi", by=by,
-                                    title=f"{kind} sweep: accuracy (95% bootstrap CI)"), tmp / "figures" / "accuracy")
+            save_figure(
+                sweep_curve(
+                    table,
+                    x,
+                    "accuracy",
+                    lo="ci_lo",
+                    hi="ci_hi",
+                    by=by,
+                    title=f"{kind} sweep: accuracy (95% bootstrap CI)",
+                ),
+                tmp / "figures" / "accuracy",
+            )
         for metric in extra_metrics if figures else ():
             if metric in table.columns and table[metric].notna().any():
-                fig = sweep_curve(table.dropna(subset=[metric]), x, metric, lo=None, hi=None, by=by, title=f"{kind} sweep: {metric}")
+                fig = sweep_curve(
+                    table.dropna(subset=[metric]), x, metric, lo=None, hi=None, by=by, title=f"{kind} sweep: {metric}"
+                )
                 save_figure(fig, tmp / "figures" / metric)
-        md = [f"# {kind} sweep", "", ", ".join(f"{k}: {v}" for k, v in facts.items()), "",
-              to_markdown(_fmt(table.set_index(table.columns[0])), table.columns[0]), ""]
+        md = [
+            f"# {kind} sweep",
+            "",
+            ", ".join(f"{k}: {v}" for k, v in facts.items()),
+            "",
+            to_markdown(_fmt(table.set_index(table.columns[0])), table.columns[0]),
+            "",
+        ]
         (tmp / "summary.md").write_text("\n".join(md))
         if runs is not None:
             shutil.move(str(runs), str(tmp / "runs"))

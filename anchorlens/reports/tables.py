@@ -1,4 +1,5 @@
 """Text renderings of the headline table: markdown for summary.md, plain text for the terminal."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -23,8 +24,11 @@ def headline_grid(headline: pd.DataFrame, checkpoints: list[str]) -> pd.DataFram
     """
     rows: dict[str, dict[str, str]] = {}
     for _, row in headline.iterrows():
-        label = f"{row['label']} ({row['stack']})" if "label" in row else \
-            f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"
+        label = (
+            f"{row['label']} ({row['stack']})"
+            if "label" in row
+            else f"{row['metric']} ({row['stack']}: {row['query_role'] or '-'}→{row['key_role'] or '-'})"
+        )
         rows.setdefault(label, {})[row["checkpoint"]] = _cell(row, row["checkpoint"] == checkpoints[0])
     grid = pd.DataFrame.from_dict(rows, orient="index").reindex(columns=checkpoints)
     return grid.fillna("n/a")

@@ -1,4 +1,5 @@
 """Token roles: kinds, templates, tokenization with roles, and attention layouts."""
+
 from __future__ import annotations
 
 from anchorlens.roles.encoding import Encoded

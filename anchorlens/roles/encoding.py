@@ -1,4 +1,5 @@
 """A tokenized batch that remembers the role and field of every position."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -43,7 +44,7 @@ class Encoded:
 
     def target_sequence(self) -> SequenceRoles | None:
         """Roles and validity of the decoder-side positions, when there are any."""
-        if self.target_ids is None:
+        if self.target_ids is None or self.target_roles is None or self.target_mask is None:
             return None
         return SequenceRoles(self.target_roles, self.target_mask.bool())
 
@@ -55,15 +56,15 @@ class Encoded:
             out["target"] = tgt
         return out
 
-    def to(self, device: torch.device | str) -> "Encoded":
+    def to(self, device: torch.device | str) -> Encoded:
         """Copy of the batch with its tensors on ``device``."""
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return replace(
             self,
-            input_ids=move(self.input_ids),
-            attention_mask=move(self.attention_mask),
-            roles=move(self.roles),
-            example_ids=move(self.example_ids),
+            input_ids=self.input_ids.to(device),
+            attention_mask=self.attention_mask.to(device),
+            roles=self.roles.to(device),
+            example_ids=self.example_ids.to(device),
             target_ids=move(self.target_ids),
             target_mask=move(self.target_mask),
             target_roles=move(self.target_roles),

@@ -1,4 +1,5 @@
 """Token roles: what part a position plays in a guided input."""
+
 from __future__ import annotations
 
 from enum import IntEnum

@@ -1,4 +1,5 @@
 """Which role every query and key position has at one attention site."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ class SequenceRoles:
     roles: torch.Tensor
     valid: torch.Tensor
 
-    def insert(self, index: torch.Tensor, role: int, count: int) -> "SequenceRoles":
+    def insert(self, index: torch.Tensor, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` before per-example ``index`` ([B] long)."""
         b, t = self.roles.shape
         device = self.roles.device
@@ -30,7 +31,7 @@ class SequenceRoles:
         valid = torch.where(inserted, torch.ones_like(inserted), self.valid.gather(1, src))
         return SequenceRoles(roles, valid)
 
-    def prepend(self, role: int, count: int) -> "SequenceRoles":
+    def prepend(self, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` at index 0 of every example."""
         zero = torch.zeros(self.roles.shape[0], dtype=torch.long, device=self.roles.device)
         return self.insert(zero, role, count)
@@ -49,7 +50,7 @@ class Layout:
     k: SequenceRoles
 
     @classmethod
-    def self_attention(cls, seq: SequenceRoles) -> "Layout":
+    def self_attention(cls, seq: SequenceRoles) -> Layout:
         """Layout where queries and keys are the same positions."""
         return cls(seq, seq)
 

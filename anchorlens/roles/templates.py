@@ -1,4 +1,5 @@
 """Templates: structural text with field slots, rendered into text plus role spans."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -99,7 +100,7 @@ def parse_segments(spec: str) -> tuple[Segment, ...]:
                 raise TemplateSyntaxError(f"unclosed '{{' at position {i} in template {spec!r}")
             name = spec[i + 1 : end].strip()
             if not name or "{" in name:
-                raise TemplateSyntaxError(f"bad field name {spec[i:end + 1]!r} in template {spec!r}")
+                raise TemplateSyntaxError(f"bad field name {spec[i : end + 1]!r} in template {spec!r}")
             if buf:
                 segments.append(Literal("".join(buf)))
                 buf = []

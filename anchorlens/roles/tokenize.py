@@ -14,6 +14,7 @@ Role rule for one token with character offsets ``[s, e)``:
 
 Punctuation inside a field stays CONTENT: structural means the template's own text only.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -143,9 +144,7 @@ def encode(
 
     rows_roles: list[list[int]] = []
     rows_fields: list[list[str]] = []
-    for r, ids, offsets, special in zip(
-        items, rows_ids, batch["offset_mapping"], batch["special_tokens_mask"]
-    ):
+    for r, ids, offsets, special in zip(items, rows_ids, batch["offset_mapping"], batch["special_tokens_mask"]):
         roles, fields = [], []
         for tok_id, (start, end), is_special in zip(ids, offsets, special):
             if is_special or (start == end and tok_id in special_ids):

@@ -1,4 +1,5 @@
 """Runtime helpers: distributed capture (torchrun / accelerate) and resumable chunked streaming."""
+
 from __future__ import annotations
 
 from anchorlens.runtime.codec import pack_state, state_from_tensors, state_to_tensors, unpack_state

@@ -5,6 +5,7 @@ A state is a nested structure of dicts (str keys), lists, tuples, tensors and JS
 named tensors (for safetensors files); ``pack_state`` puts both into one uint8 tensor (for
 ``all_gather`` between ranks). Decoding never runs code: JSON and raw little-endian bytes only.
 """
+
 from __future__ import annotations
 
 import json

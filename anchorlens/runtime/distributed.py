@@ -6,6 +6,7 @@ Reducer states travel between ranks as raw bytes with a JSON skeleton (:mod:`anc
 never pickled: no ``all_gather_object``. Every rank's pid and host are exchanged at start, so when a
 collective fails because a rank died the others raise :class:`RankLostError`: one line naming it.
 """
+
 from __future__ import annotations
 
 import copy

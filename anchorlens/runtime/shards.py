@@ -8,6 +8,7 @@ re-run with the same key skips finished chunks and merges their saved states, so
 equals an uninterrupted run exactly (each example lives in one chunk; sums start from zero).
 No pickle anywhere: safetensors + JSON. Files are written through :mod:`anchorlens.atomic`.
 """
+
 from __future__ import annotations
 
 import json
@@ -96,8 +97,11 @@ class Progress:
         skeleton, tensors = state_to_tensors([r.state_dict() for r in reducers])
         meta = {"skeleton": json.dumps(skeleton), "run_key": self.run_key}
         atomic_write(tensors_path, lambda p: save_file(tensors, str(p), metadata=meta))
-        write_json(marker, {"run_key": self.run_key, "chunk": chunk, "example_ids": [int(i) for i in example_ids]},
-                   sort_keys=True)
+        write_json(
+            marker,
+            {"run_key": self.run_key, "chunk": chunk, "example_ids": [int(i) for i in example_ids]},
+            sort_keys=True,
+        )
 
     def load(self, chunk: int, reducers: Sequence[Reducer]) -> None:
         """Load the chunk's saved states into ``reducers`` (fresh ones of the same kinds and options)."""

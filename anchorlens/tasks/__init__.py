@@ -1,4 +1,5 @@
 """SuperGLUE task definitions, jsonl loading and bundled examples."""
+
 from __future__ import annotations
 
 from anchorlens.tasks.bundled import bundled_examples, bundled_tasks

@@ -1,4 +1,5 @@
 """Small project-written example sets shipped with the package (for demos and tests)."""
+
 from __future__ import annotations
 
 from importlib import resources
@@ -21,7 +22,9 @@ def bundled_examples(task: str | Task, limit: int | None = None) -> list[Row]:
     """The bundled labelled examples of ``task``; UsageError (a ValueError) when the task has none."""
     task = get_task(task)
     if task.name not in bundled_tasks():
-        raise UsageError(f"no bundled examples for task {task.name}; pass --data FILE (bundled: {', '.join(bundled_tasks())})")
+        raise UsageError(
+            f"no bundled examples for task {task.name}; pass --data FILE (bundled: {', '.join(bundled_tasks())})"
+        )
     source = resources.files(_PACKAGE).joinpath(_FOLDER, f"{task.name}.jsonl")
     with resources.as_file(source) as path:
         return load_examples(path, task, limit=limit, require_labels=True)

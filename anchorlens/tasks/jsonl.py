@@ -5,6 +5,7 @@ bytes that are not UTF-8, a line that is not JSON, a row that is not an object, 
 is a list or an object, a label outside the task's labels, and (when labels are required) the
 first unlabelled example.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ def _decode(raw: bytes, where: str) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         bad = raw[err.start]
-        raise DataError(f"{where}: not UTF-8 (byte 0x{bad:02x} at column {err.start + 1}); "
-                        "re-encode the file as UTF-8") from None
+        raise DataError(
+            f"{where}: not UTF-8 (byte 0x{bad:02x} at column {err.start + 1}); re-encode the file as UTF-8"
+        ) from None
 
 
 def _parse(text: str, where: str) -> dict[str, Any]:
@@ -54,7 +56,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
         with path.open("rb") as fh:
             for lineno, raw in enumerate(fh, start=1):
                 if lineno == 1 and raw.startswith(BOM):
-                    raw = raw[len(BOM):]
+                    raw = raw[len(BOM) :]
                 if raw.strip():
                     yield lineno, raw
 
@@ -82,9 +84,7 @@ def check_example(example: Row, task: Task, where: str) -> Row:
         try:
             task.label_index(label)
         except ValueError:
-            raise DataError(
-                f"{where}: label {label!r} is not one of {task.labels!r} for task {task.name}"
-            ) from None
+            raise DataError(f"{where}: label {label!r} is not one of {task.labels!r} for task {task.name}") from None
     example["labelled"] = label is not None
     return example
 
@@ -116,8 +116,10 @@ def load_examples(
             example.setdefault("idx", len(examples))
             check_example(example, task, where)
             if require_labels and not example["labelled"]:
-                raise DataError(f"{where}: missing field 'label' for task {task.name}; "
-                                "evaluation and training need labelled examples (use a labelled split)")
+                raise DataError(
+                    f"{where}: missing field 'label' for task {task.name}; "
+                    "evaluation and training need labelled examples (use a labelled split)"
+                )
             examples.append(example)
             if limit is not None and len(examples) >= limit:
                 return examples

@@ -1,4 +1,5 @@
 """The seven SuperGLUE tasks: fields, templates, labels, verbalizers and metrics."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping

@@ -1,4 +1,5 @@
 """Training guidance parameters (base frozen) with resumable, pickle-free checkpoints."""
+
 from __future__ import annotations
 
 from anchorlens.training.checkpointing import latest_checkpoint, step_checkpoints, step_dir

@@ -4,6 +4,7 @@ Each step directory is filled in an owner-recorded temp folder and renamed into 
 (:func:`anchorlens.atomic.atomic_dir`), so a crash never leaves a half-written ``step-N`` and the
 next run removes the killed writer's temp folder; ``latest_checkpoint`` only sees complete ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,11 @@ def write_step(
     final = step_dir(out, step)
     with atomic_dir(final, replace=True) as tmp:
         _checkpoint_into(tmp, guided, meta)
-        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp / STATE_TENSORS),
-                  metadata={"format": "anchorlens-trainer"})
+        save_file(
+            {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+            str(tmp / STATE_TENSORS),
+            metadata={"format": "anchorlens-trainer"},
+        )
         write_json(tmp / STATE_JSON, facts)
     return final
 

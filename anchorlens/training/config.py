@@ -1,4 +1,5 @@
 """Training hyper-parameters."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -41,7 +42,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Reject impossible values early."""
         if self.steps < 1 or self.batch_size < 1 or self.grad_accum < 1:
-            raise ValueError(f"steps, batch_size and grad_accum must be >= 1; got {self.steps}, {self.batch_size}, {self.grad_accum}")
+            raise ValueError(
+                f"steps, batch_size and grad_accum must be >= 1; got {self.steps}, {self.batch_size}, {self.grad_accum}"
+            )
         if self.lr <= 0:
             raise ValueError(f"lr must be positive; got {self.lr}")
         if self.patience is not None and self.patience < 1:

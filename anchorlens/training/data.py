@@ -1,4 +1,5 @@
 """Training data: a seeded train/eval split and a resumable, seeded batch order."""
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,11 @@ class BatchOrder:
     def state(self) -> tuple[dict[str, torch.Tensor], dict]:
         """(tensors, json-able facts) that restore this order exactly."""
         return {"order.generator": self.generator.get_state()}, {
-            "perm": self.perm, "cursor": self.cursor, "epoch": self.epoch,
-            "num_examples": self.num_examples, "batch_size": self.batch_size,
+            "perm": self.perm,
+            "cursor": self.cursor,
+            "epoch": self.epoch,
+            "num_examples": self.num_examples,
+            "batch_size": self.batch_size,
         }
 
     def load_state(self, tensors: dict[str, torch.Tensor], facts: dict) -> None:

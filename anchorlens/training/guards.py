@@ -1,4 +1,5 @@
 """Checks that only guidance parameters train and the base stays frozen."""
+
 from __future__ import annotations
 
 from typing import Any

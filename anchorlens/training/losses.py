@@ -1,4 +1,5 @@
 """The training objective: cross-entropy over label verbalizer scores."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -22,7 +23,11 @@ def classification_loss(scores: torch.Tensor, labels: torch.Tensor) -> torch.Ten
 
 @torch.no_grad()
 def dataset_loss(
-    model: Any, examples: Sequence[dict], task: str | Task, batch_size: int = 16, max_length: int | None = DEFAULT_MAX_LENGTH
+    model: Any,
+    examples: Sequence[dict],
+    task: str | Task,
+    batch_size: int = 16,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
 ) -> float:
     """Mean classification loss of ``model`` over labelled ``examples``."""
     task, model = get_task(task), as_model(model)

@@ -1,4 +1,5 @@
 """Optimizers (AdamW, Adafactor) and their state as safetensors tensors + JSON scalars (no pickle)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -12,7 +13,9 @@ OPTIMIZERS = ("adamw", "adafactor")
 _PREFIX = "optimizer.state."
 
 
-def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def make_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float = 0.0
+) -> torch.optim.Optimizer:
     """AdamW (torch) or Adafactor (transformers.optimization, fixed ``lr``, no relative step)."""
     params = list(params)
     key = name.strip().lower()
@@ -21,8 +24,9 @@ def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, w
     if key == "adafactor":
         from transformers.optimization import Adafactor
 
-        return Adafactor(params, lr=lr, weight_decay=weight_decay, scale_parameter=False, relative_step=False,
-                         warmup_init=False)
+        return Adafactor(
+            params, lr=lr, weight_decay=weight_decay, scale_parameter=False, relative_step=False, warmup_init=False
+        )
     raise UsageError(f"unknown optimizer {name!r}; choose one of: {', '.join(OPTIMIZERS)}")
 
 
@@ -61,7 +65,7 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, tensors: dict[str, to
     for key, value in tensors.items():
         if not key.startswith(_PREFIX):
             continue
-        pid, name = key[len(_PREFIX):].split(".", 1)
+        pid, name = key[len(_PREFIX) :].split(".", 1)
         state[int(pid)][name] = value
     for pid, entry in facts["scalars"].items():
         state[int(pid)].update({k: _untuple(v) for k, v in entry.items()})

@@ -1,4 +1,5 @@
 """Resource readings for training summaries: peak memory."""
+
 from __future__ import annotations
 
 import resource

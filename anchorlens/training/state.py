@@ -1,4 +1,5 @@
 """The trainer's resumable state: counters, early-stopping record, history and RNG states."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field

@@ -1,4 +1,5 @@
 """The training loop: guidance parameters only, classification loss over verbalizer scores, resumable."""
+
 from __future__ import annotations
 
 import time
@@ -81,8 +82,9 @@ class Trainer:
         """Forward+backward one micro-batch; (summed loss, correct, size)."""
         idx = self.order.next_batch()
         part = [self.train_examples[i] for i in idx]
-        batch = scoring_batch(self.guided.base, self.task, part, self.verbalizers, example_ids=idx,
-                              max_length=self.config.max_length).to(self.device)
+        batch = scoring_batch(
+            self.guided.base, self.task, part, self.verbalizers, example_ids=idx, max_length=self.config.max_length
+        ).to(self.device)
         scores = label_scores(self.guided, batch, self.verbalizers)
         loss = classification_loss(scores, batch.labels)
         (loss / self.config.grad_accum).backward()  # mean of micro-batch means
@@ -110,8 +112,14 @@ class Trainer:
             return float("nan")
         self.guided.eval()
         try:
-            preds = predict(self.guided, self.eval_examples, self.task, batch_size=self.config.eval_batch_size,
-                            max_length=self.config.max_length, progress=progress)
+            preds = predict(
+                self.guided,
+                self.eval_examples,
+                self.task,
+                batch_size=self.config.eval_batch_size,
+                max_length=self.config.max_length,
+                progress=progress,
+            )
         finally:
             self.guided.train()
         self.last_predictions = preds
@@ -140,8 +148,14 @@ class Trainer:
         if self.best is not None:
             tensors.update({f"best.{k}": v for k, v in self.best.items()})
         self.state.wall_time = self._wall()
-        facts = {"state": self.state.to_json(), "optimizer": opt_f, "order": order_f, "config": self.config.to_json(),
-                 "train_time": self.train_time, "method": self.guided.config()["methods"]}
+        facts = {
+            "state": self.state.to_json(),
+            "optimizer": opt_f,
+            "order": order_f,
+            "config": self.config.to_json(),
+            "train_time": self.train_time,
+            "method": self.guided.config()["methods"],
+        }
         return tensors, facts
 
     def save(self) -> Path | None:
@@ -165,13 +179,15 @@ class Trainer:
         if facts.get("method") != self.guided.config()["methods"]:
             diff.append(f"method: {facts.get('method')} -> {self.guided.config()['methods']}")
         if diff:
-            raise UsageError(f"cannot resume {path}: settings changed ({'; '.join(diff)}); use the same settings or --force")
+            raise UsageError(
+                f"cannot resume {path}: settings changed ({'; '.join(diff)}); use the same settings or --force"
+            )
         with torch.no_grad():
             self.guided.load_guidance_state_dict(saved.guidance_state_dict())
         load_optimizer_state(self.optimizer, tensors, facts["optimizer"])
         self.order.load_state(tensors, facts["order"])
         set_rng_state(tensors)
-        best = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")}
+        best = {k[len("best.") :]: v for k, v in tensors.items() if k.startswith("best.")}
         self.best = best or None
         self.state = TrainerState.from_json(facts["state"])
         self.train_time = float(facts.get("train_time", 0.0))
@@ -191,8 +207,14 @@ class Trainer:
         self._session_start, self._wall_before = time.perf_counter(), self.state.wall_time
         steps = self.config.steps
         self.guided.train()
-        bar = tqdm(total=steps, initial=self.state.step, disable=not self.progress, desc=f"train {self.task.name}",
-                   unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=steps,
+            initial=self.state.step,
+            disable=not self.progress,
+            desc=f"train {self.task.name}",
+            unit="step",
+            dynamic_ncols=True,
+        )
         try:
             while self.state.step < steps and not self.state.stopped:
                 t0 = time.perf_counter()
@@ -205,8 +227,11 @@ class Trainer:
                 if final or self.state.stopped or (every > 0 and self.state.step % every == 0):
                     self.save()
                 bar.update(1)
-                bar.set_postfix(loss=f"{record['loss']:.3f}", acc=f"{record['train_accuracy']:.2f}",
-                                **({"eval": f"{acc:.3f}"} if acc is not None else {}))
+                bar.set_postfix(
+                    loss=f"{record['loss']:.3f}",
+                    acc=f"{record['train_accuracy']:.2f}",
+                    **({"eval": f"{acc:.3f}"} if acc is not None else {}),
+                )
                 if on_step is not None:
                     on_step(self.state)
         finally:

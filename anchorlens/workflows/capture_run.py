@@ -7,6 +7,7 @@ states (:mod:`anchorlens.runtime.shards`), so re-running the same command resume
 without pickle before rank 0 writes OUT; chunking is global, so progress saved with one world
 size resumes with another.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -77,8 +78,19 @@ def guidance_digest(model) -> str | None:
 
 
 def run_identity(
-    ckpt: str, base, model, inputs: Inputs, selection: Selection, reducers: Sequence, anchors: Sequence[str],
-    *, batch_size: int, chunk_size: int, max_length: int | None, dtype: str | None, seed: int,
+    ckpt: str,
+    base,
+    model,
+    inputs: Inputs,
+    selection: Selection,
+    reducers: Sequence,
+    anchors: Sequence[str],
+    *,
+    batch_size: int,
+    chunk_size: int,
+    max_length: int | None,
+    dtype: str | None,
+    seed: int,
 ) -> tuple[str, dict]:
     """(run key, facts): everything that changes the result, hashed; OUT path and world size excluded."""
     facts = {
@@ -166,10 +178,26 @@ def run_capture(
             return default_reducers(entropy_anchor)
 
         key, facts = run_identity(
-            ckpt, base_obj, model, inputs, selection, make_reducers(), anchors,
-            batch_size=batch_size, chunk_size=chunk_size, max_length=max_length, dtype=dtype, seed=seed,
+            ckpt,
+            base_obj,
+            model,
+            inputs,
+            selection,
+            make_reducers(),
+            anchors,
+            batch_size=batch_size,
+            chunk_size=chunk_size,
+            max_length=max_length,
+            dtype=dtype,
+            seed=seed,
         )
-        facts_out = {**facts, "run_key": key, "data": inputs.source, "world_size": info.world_size, "launcher": info.launcher}
+        facts_out = {
+            **facts,
+            "run_key": key,
+            "data": inputs.source,
+            "world_size": info.world_size,
+            "launcher": info.launcher,
+        }
         store = rt.agree(lambda: prepare_out(claim, key, force, facts) if claim is not None else None)
         rt.barrier()
         store = store or Progress(out, key)
@@ -180,13 +208,16 @@ def run_capture(
 
         def compute(ids, reducers) -> None:
             examples = [inputs.examples[i] for i in ids]
-            batches = encode_batches(model, examples, template, batch_size=batch_size, example_ids=ids, max_length=max_length)
+            batches = encode_batches(
+                model, examples, template, batch_size=batch_size, example_ids=ids, max_length=max_length
+            )
             stream_statistics(model, batches, reducers, selection)
 
         bar = _progress_bar(sum(len(ids) for _, ids in mine), progress and rt.is_main())
         with bar:
-            reducers = rt.agree(lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k),
-                                                   on_chunk_saved))
+            reducers = rt.agree(
+                lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k), on_chunk_saved)
+            )
         rt.all_reduce_reducers(reducers)
         rt.agree(lambda: _finish(claim, reducers, anchors, facts_out, base_obj, store) if claim is not None else None)
         rt.barrier()

@@ -1,4 +1,5 @@
 """Compare checkpoints on the same examples: metrics, paired differences, headline table, maps."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ class Comparison:
     """Everything ``compare`` measured; reports and figures are built from it."""
 
     checkpoints: list[str]
-    inputs: Inputs
+    inputs: Inputs | None  # None for a comparison read back from its run directory
     metrics: pd.DataFrame
     headline: pd.DataFrame
     paired: pd.DataFrame

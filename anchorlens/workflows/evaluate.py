@@ -1,4 +1,5 @@
 """Evaluate a (guided) model on a task: predictions.csv + metrics.json in an atomically written run dir."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,6 @@ import pandas as pd
 
 from anchorlens.atomic import write_json
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
-from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -49,18 +49,36 @@ def evaluate(
         with claim.atomic() as tmp:
             result.predictions.to_csv(tmp / "predictions.csv", index=False)
             write_json(tmp / "metrics.json", result.metrics)
-            write_manifest(tmp, "evaluate", base_model=model.base, data_digest=examples_digest(inputs.examples),
-                           model=model.config(), task=inputs.task.name, data=inputs.source,
-                           batch_size=batch_size, max_length=max_length)
+            write_manifest(
+                tmp,
+                "evaluate",
+                base_model=model.base,
+                data_digest=examples_digest(inputs.examples),
+                model=model.config(),
+                task=inputs.task.name,
+                data=inputs.source,
+                batch_size=batch_size,
+                max_length=max_length,
+            )
         result.out = claim.path
     return result
 
 
-def _evaluate(spec_or_model: Any, task: str, data: str | Path | None, n: int | None, base: Base | str | None,
-              batch_size: int, max_length: int | None, progress: bool) -> tuple[EvalResult, Any, Any]:
+def _evaluate(
+    spec_or_model: Any,
+    task: str,
+    data: str | Path | None,
+    n: int | None,
+    base: Base | str | None,
+    batch_size: int,
+    max_length: int | None,
+    progress: bool,
+) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
     inputs = resolve_inputs(task, data, n, need_labels=True)
     model = load_guided(spec_or_model, base)
-    preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress)
+    preds = predict(
+        model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress
+    )
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
     return EvalResult(preds, metrics), model, inputs

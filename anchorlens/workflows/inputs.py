@@ -1,4 +1,5 @@
 """Resolve a task and its examples from the user's options (bundled examples or a jsonl file)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Sweep where the capsule / instance token sits (first, after_structural, middle, last, index)."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -53,7 +54,9 @@ def _move(model, position: str) -> str:
 
     moved = [g for g in model.guidance_list() if Role(g.role) in MOVABLE]
     if not moved:
-        raise UsageError("this checkpoint has no capsule or instance token to move; try --ckpt instance or --ckpt capsule")
+        raise UsageError(
+            "this checkpoint has no capsule or instance token to move; try --ckpt instance or --ckpt capsule"
+        )
     for g in moved:
         g.position = Position.parse(position)
     return Role(moved[0].role).label
@@ -85,12 +88,21 @@ def sweep_positions(
     for position in positions:
         _move(model, position)
         # the anchor's derived rows come from capture_statistics itself (adding them again duplicated them)
-        df = capture_statistics(model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor))
+        df = capture_statistics(
+            model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor)
+        )
         frames.append(df.assign(position=position, checkpoint=spec))
     metrics = pd.concat(frames, ignore_index=True)
     summary = position_summary(metrics, anchor)
-    facts = {"spec": spec, "base": base, "task": inputs.task.name, "source": inputs.source, "examples": len(inputs.examples),
-             "anchor_role": anchor, "positions": positions}
+    facts = {
+        "spec": spec,
+        "base": base,
+        "task": inputs.task.name,
+        "source": inputs.source,
+        "examples": len(inputs.examples),
+        "anchor_role": anchor,
+        "positions": positions,
+    }
     return PositionSweep(spec, positions, anchor, metrics, summary, inputs, facts)
 
 
@@ -105,8 +117,16 @@ def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
             finite = sub[sub["value"].notna()]
             if finite.empty:
                 reasons = sub["fixed"] if "fixed" in sub.columns else pd.Series([""])
-                s = pd.DataFrame({"position": [position], "mean": [float("nan")], "ci_lo": [float("nan")],
-                                  "ci_hi": [float("nan")], "n": [0], "fixed": [str(reasons.iloc[0])]})
+                s = pd.DataFrame(
+                    {
+                        "position": [position],
+                        "mean": [float("nan")],
+                        "ci_lo": [float("nan")],
+                        "ci_hi": [float("nan")],
+                        "n": [0],
+                        "fixed": [str(reasons.iloc[0])],
+                    }
+                )
             else:
                 per_example = finite.groupby(["position", "example"], sort=False)["value"].mean().reset_index()
                 s = summarize(per_example, by=["position"]).assign(fixed="")

@@ -31,6 +31,7 @@ runs live in ``OUT/runs/<digest>/``. Tables (csv + markdown) go to ``OUT/tables/
 shape), parameters / time / memory per step, the instance-token sweep on the prompt-tuned model
 (Fig. 2's shape), the position sweep (Finding III) and the ablations.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +48,8 @@ import tomllib
 
 from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.atomic import write_json, write_text
-from anchorlens.rundir import OutClaim, claimed, manifest
 from anchorlens.errors import DataError, UsageError
+from anchorlens.rundir import OutClaim, claimed, manifest
 
 CELL_VERSION = 1  # bump when a cell's result format changes (old caches are then recomputed)
 
@@ -80,8 +81,20 @@ class Plan:
     positions: tuple[str, ...] = ("first", "middle", "last")
 
 
-_BUDGET_KEYS = {"steps", "epochs", "lr", "batch_size", "grad_accum", "optimizer", "eval_every", "patience",
-                "max_length", "weight_decay", "n_train", "n_eval"}
+_BUDGET_KEYS = {
+    "steps",
+    "epochs",
+    "lr",
+    "batch_size",
+    "grad_accum",
+    "optimizer",
+    "eval_every",
+    "patience",
+    "max_length",
+    "weight_decay",
+    "n_train",
+    "n_eval",
+}
 
 
 def load_plan(path: str | Path, smoke: bool = False) -> Plan:
@@ -100,17 +113,25 @@ def load_plan(path: str | Path, smoke: bool = False) -> Plan:
     unknown = set(budget) - _BUDGET_KEYS
     if unknown:
         raise UsageError(f"plan {path}: unknown budget keys {sorted(unknown)}; known: {sorted(_BUDGET_KEYS)}")
-    tasks = tuple(TaskPlan(t["name"], _resolve(path, t.get("data")), _resolve(path, t.get("eval_data")))
-                  for t in raw.get("tasks", []))
+    tasks = tuple(
+        TaskPlan(t["name"], _resolve(path, t.get("data")), _resolve(path, t.get("eval_data")))
+        for t in raw.get("tasks", [])
+    )
     if not tasks or not run.get("methods"):
         raise UsageError(f"plan {path} needs [[tasks]] and run.methods; see examples/reproduce-smoke.toml")
     return Plan(
-        name=str(raw.get("name", path.stem)), base=str(raw.get("base", "smollm2-135m")), tasks=tasks,
-        methods=tuple(run["methods"]), seeds=tuple(int(s) for s in run.get("seeds", [0])), budget=budget,
-        ablations=tuple(run.get("ablations", ())), instance_on=run.get("instance_on"),
+        name=str(raw.get("name", path.stem)),
+        base=str(raw.get("base", "smollm2-135m")),
+        tasks=tasks,
+        methods=tuple(run["methods"]),
+        seeds=tuple(int(s) for s in run.get("seeds", [0])),
+        budget=budget,
+        ablations=tuple(run.get("ablations", ())),
+        instance_on=run.get("instance_on"),
         instance_k=tuple(int(k) for k in run.get("instance_k", (0, 1, 2, 4))),
         instance_positions=tuple(run.get("instance_positions", ("first", "last"))),
-        positions_on=run.get("positions_on"), positions=tuple(run.get("positions", ("first", "middle", "last"))),
+        positions_on=run.get("positions_on"),
+        positions=tuple(run.get("positions", ("first", "middle", "last"))),
     )
 
 
@@ -161,8 +182,16 @@ class Reproduction:
 
 
 def _train_spec(plan: Plan, task: TaskPlan, method: str, seed: int) -> dict:
-    return {"kind": "train", "base": plan.base, "task": task.name, "data": task.data, "eval_data": task.eval_data,
-            "method": method, "seed": seed, "budget": plan.budget}
+    return {
+        "kind": "train",
+        "base": plan.base,
+        "task": task.name,
+        "data": task.data,
+        "eval_data": task.eval_data,
+        "method": method,
+        "seed": seed,
+        "budget": plan.budget,
+    }
 
 
 def _train_cell(plan: Plan, task: TaskPlan, method: str, seed: int, out: Path, base) -> Callable[[str], dict]:
@@ -171,22 +200,54 @@ def _train_cell(plan: Plan, task: TaskPlan, method: str, seed: int, out: Path, b
     from anchorlens.workflows.train import train
 
     b = plan.budget
-    options = {k: b[k] for k in ("steps", "epochs", "lr", "batch_size", "grad_accum", "optimizer", "eval_every",
-                                 "patience", "weight_decay") if k in b}
+    options = {
+        k: b[k]
+        for k in (
+            "steps",
+            "epochs",
+            "lr",
+            "batch_size",
+            "grad_accum",
+            "optimizer",
+            "eval_every",
+            "patience",
+            "weight_decay",
+        )
+        if k in b
+    }
 
     def compute(digest: str) -> dict:
         run_dir = out / "runs" / digest
         started = time.perf_counter()
-        run = train(method, task.name, task.data, None, base=base, seed=seed, out=run_dir, force=True,
-                    n=b.get("n_train"), max_length=b.get("max_length", 512), progress=False, **options)
+        run = train(
+            method,
+            task.name,
+            task.data,
+            None,
+            base=base,
+            seed=seed,
+            out=run_dir,
+            force=True,
+            n=b.get("n_train"),
+            max_length=b.get("max_length", 512),
+            progress=False,
+            **options,
+        )
         result = evaluate(run.guided, task.name, task.eval_data, b.get("n_eval"), batch_size=b.get("batch_size", 8))
         preds = result.predictions
         s = run.summary
-        return {"accuracy": float(result.metrics["accuracy"]), "n": int(result.metrics["n"]),
-                "idx": [int(i) for i in preds["idx"]], "correct": [bool(c) for c in preds["correct"]],
-                "num_trainable": s.get("num_trainable"), "time_per_step_s": s.get("time_per_step_s"),
-                "peak_rss_mb": s.get("peak_rss_mb"), "steps": s.get("steps"),
-                "checkpoint": str(run_dir / "final"), "wall_s": round(time.perf_counter() - started, 2)}
+        return {
+            "accuracy": float(result.metrics["accuracy"]),
+            "n": int(result.metrics["n"]),
+            "idx": [int(i) for i in preds["idx"]],
+            "correct": [bool(c) for c in preds["correct"]],
+            "num_trainable": s.get("num_trainable"),
+            "time_per_step_s": s.get("time_per_step_s"),
+            "peak_rss_mb": s.get("peak_rss_mb"),
+            "steps": s.get("steps"),
+            "checkpoint": str(run_dir / "final"),
+            "wall_s": round(time.perf_counter() - started, 2),
+        }
 
     return compute
 
@@ -206,25 +267,47 @@ def accuracy_table(cells: list[dict]) -> pd.DataFrame:
     """task x method rows: accuracy averaged over seeds per example, with its bootstrap CI over examples."""
     rows = []
     for (task, method), group in pd.DataFrame(cells).groupby(["task", "method"], sort=False):
-        per_example = pd.concat([pd.Series(c, index=i, dtype=float) for c, i in zip(group["correct"], group["idx"])],
-                                axis=1).mean(axis=1)
+        per_example = pd.concat(
+            [pd.Series(c, index=i, dtype=float) for c, i in zip(group["correct"], group["idx"])], axis=1
+        ).mean(axis=1)
         mean, lo, hi = bootstrap_ci(per_example.to_numpy())
-        rows.append({"task": task, "method": method, "seeds": len(group), "n": len(per_example),
-                     "accuracy": mean, "ci_lo": lo, "ci_hi": hi,
-                     "seed_sd": float(np.std(group["accuracy"], ddof=1)) if len(group) > 1 else float("nan")})
+        rows.append(
+            {
+                "task": task,
+                "method": method,
+                "seeds": len(group),
+                "n": len(per_example),
+                "accuracy": mean,
+                "ci_lo": lo,
+                "ci_hi": hi,
+                "seed_sd": float(np.std(group["accuracy"], ddof=1)) if len(group) > 1 else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def efficiency_table(cells: list[dict]) -> pd.DataFrame:
     """method rows: trainable parameters, time per step and peak RSS (means over tasks and seeds)."""
     df = pd.DataFrame(cells)
-    return df.groupby("method", sort=False).agg(num_trainable=("num_trainable", "first"),
-                                                time_per_step_s=("time_per_step_s", "mean"),
-                                                peak_rss_mb=("peak_rss_mb", "max")).reset_index()
+    return (
+        df.groupby("method", sort=False)
+        .agg(
+            num_trainable=("num_trainable", "first"),
+            time_per_step_s=("time_per_step_s", "mean"),
+            peak_rss_mb=("peak_rss_mb", "max"),
+        )
+        .reset_index()
+    )
 
 
-def reproduce(plan: Plan | str | Path, out: str | Path | OutClaim, *, smoke: bool = False, force: bool = False,
-              log: Callable[[str], None] | None = None) -> Reproduction:
+def reproduce(
+    plan: Plan | str | Path,
+    out: str | Path | OutClaim,
+    *,
+    smoke: bool = False,
+    force: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> Reproduction:
     """Run every cell of ``plan`` (cached cells are reused unless ``force``) and write the tables to ``out``.
 
     ``out`` is claimed for the whole run (a path, or the claim the CLI took); an existing reproduce run
@@ -234,7 +317,9 @@ def reproduce(plan: Plan | str | Path, out: str | Path | OutClaim, *, smoke: boo
     with claimed(out, kind="reproduce", resume=True) as claim:
         claim.start_in_place({"plan": plan.name, "smoke": smoke})
         result = _reproduce(plan, claim.path, smoke, force, log or (lambda _msg: None))
-        claim.finish_in_place(manifest("reproduce", plan=plan.name, smoke=smoke, cells=len(result.ran) + len(result.reused)))
+        claim.finish_in_place(
+            manifest("reproduce", plan=plan.name, smoke=smoke, cells=len(result.ran) + len(result.reused))
+        )
     return result
 
 
@@ -262,26 +347,49 @@ def _reproduce(plan: Plan, out: Path, smoke: bool, force: bool, say: Callable[[s
                     ablations.append(row)
             if plan.instance_on:
                 ckpt = _trained(plan, task, plan.instance_on, seed, out, base, cache)["checkpoint"]
-                spec = {"kind": "instance", "of": _train_spec(plan, task, plan.instance_on, seed),
-                        "k": plan.instance_k, "positions": plan.instance_positions}
+                spec = {
+                    "kind": "instance",
+                    "of": _train_spec(plan, task, plan.instance_on, seed),
+                    "k": plan.instance_k,
+                    "positions": plan.instance_positions,
+                }
                 say(f"instance sweep on {plan.instance_on} ({task.name}, seed {seed})")
 
                 def instance_cell(_digest: str, c: str = ckpt, t: TaskPlan = task) -> dict:
-                    table = sweep_instance(c, t.name, t.eval_data, plan.instance_k, plan.instance_positions, base=base,
-                                           n=b.get("n_eval"), batch_size=b.get("batch_size", 8), anchors=True)
+                    table = sweep_instance(
+                        c,
+                        t.name,
+                        t.eval_data,
+                        plan.instance_k,
+                        plan.instance_positions,
+                        base=base,
+                        n=b.get("n_eval"),
+                        batch_size=b.get("batch_size", 8),
+                        anchors=True,
+                    )
                     return {"rows": table.to_dict("records")}
 
                 res = cache.get(spec, instance_cell)
                 instance += [{"task": task.name, "seed": seed, "on": plan.instance_on, **r} for r in res["rows"]]
             if plan.positions_on:
                 ckpt = _trained(plan, task, plan.positions_on, seed, out, base, cache)["checkpoint"]
-                spec = {"kind": "positions", "of": _train_spec(plan, task, plan.positions_on, seed),
-                        "positions": plan.positions}
+                spec = {
+                    "kind": "positions",
+                    "of": _train_spec(plan, task, plan.positions_on, seed),
+                    "positions": plan.positions,
+                }
                 say(f"position sweep of {plan.positions_on} ({task.name}, seed {seed})")
 
                 def positions_cell(_digest: str, c: str = ckpt, t: TaskPlan = task) -> dict:
-                    sweep = sweep_positions(c, plan.positions, base=plan.base, task=t.name, data=t.eval_data,
-                                            n=b.get("n_eval"), batch_size=b.get("batch_size", 8))
+                    sweep = sweep_positions(
+                        c,
+                        plan.positions,
+                        base=plan.base,
+                        task=t.name,
+                        data=t.eval_data,
+                        n=b.get("n_eval"),
+                        batch_size=b.get("batch_size", 8),
+                    )
                     return {"rows": sweep.summary.to_dict("records")}
 
                 res = cache.get(spec, positions_cell)
@@ -299,14 +407,14 @@ def _reproduce(plan: Plan, out: Path, smoke: bool, force: bool, say: Callable[[s
 
 _CAPTIONS = {
     "accuracy": "Accuracy per task and method (paper Table 1's shape): per-example correctness averaged over seeds, "
-                "mean with 95% seeded percentile bootstrap CI over examples.",
+    "mean with 95% seeded percentile bootstrap CI over examples.",
     "efficiency": "Trainable parameters, time per training step and peak RSS per method.",
     "ablations": "Ablations (e.g. capsule fusion add vs prepend): accuracy as in the first table.",
     "instance_sweep": "Training-free instance tokens added to the prompt-tuned checkpoint (Finding II, Fig. 2's "
-                      "shape): accuracy per (k, position) with bootstrap CI; anchor metrics the causal mask fixes "
-                      "are NaN with the reason in `fixed`.",
+    "shape): accuracy per (k, position) with bootstrap CI; anchor metrics the causal mask fixes "
+    "are NaN with the reason in `fixed`.",
     "positions": "Where the trained anchor sits (Finding III): attention input queries give it and its own "
-                 "attention to structural tokens, per position; n/a rows are fixed by the causal mask.",
+    "attention to structural tokens, per position; n/a rows are fixed by the causal mask.",
 }
 
 
@@ -321,11 +429,17 @@ def _markdown(df: pd.DataFrame) -> str:
 
 def _write_tables(out: Path, plan: Plan, tables: dict[str, pd.DataFrame], smoke: bool) -> None:
     """tables/<name>.csv and .md, and summary.md with every table and its caption."""
-    md = [f"# anchorlens reproduce: {plan.name}{' (smoke)' if smoke else ''}", "",
-          f"Base {plan.base}; tasks {', '.join(t.name for t in plan.tasks)}; methods {', '.join(plan.methods)}; "
-          f"seeds {', '.join(map(str, plan.seeds))}; budget {json.dumps(plan.budget, sort_keys=True)}.", ""]
+    md = [
+        f"# anchorlens reproduce: {plan.name}{' (smoke)' if smoke else ''}",
+        "",
+        f"Base {plan.base}; tasks {', '.join(t.name for t in plan.tasks)}; methods {', '.join(plan.methods)}; "
+        f"seeds {', '.join(map(str, plan.seeds))}; budget {json.dumps(plan.budget, sort_keys=True)}.",
+        "",
+    ]
     for name, df in tables.items():
-        write_text(out / "tables" / f"{name}.csv", df.drop(columns=["idx", "correct"], errors="ignore").to_csv(index=False))
+        write_text(
+            out / "tables" / f"{name}.csv", df.drop(columns=["idx", "correct"], errors="ignore").to_csv(index=False)
+        )
         write_text(out / "tables" / f"{name}.md", _markdown(df) + "\n")
         md += [f"## {name}", "", _CAPTIONS.get(name, ""), "", _markdown(df), ""]
     write_text(out / "summary.md", "\n".join(md))

@@ -1,7 +1,8 @@
 """Stream a model's attention over examples into a tidy metrics frame."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -33,8 +34,14 @@ def capture_statistics(
     ids = list(range(len(inputs.examples)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
         ids = rt.shard(ids, info.rank, info.world_size)
-    batches = encode_batches(model, [inputs.examples[i] for i in ids], inputs.task.template, batch_size=batch_size,
-                             example_ids=ids, max_length=max_length)
+    batches = encode_batches(
+        model,
+        [inputs.examples[i] for i in ids],
+        inputs.task.template,
+        batch_size=batch_size,
+        example_ids=ids,
+        max_length=max_length,
+    )
     stream_statistics(model, batches, reducers, selection, progress=progress)
     rt.all_reduce_reducers(reducers)
     return metrics_frame(reducers, anchors=anchors)

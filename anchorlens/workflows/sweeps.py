@@ -1,4 +1,5 @@
 """Sweeps: training-free instance tokens by count and position; soft-prompt length vs accuracy."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,9 +10,9 @@ import pandas as pd
 
 from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
-from anchorlens.methods.spec import load_guided
 from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.train import train
 
@@ -75,10 +76,19 @@ def sweep_instance(
                 if anchors:
                     cache[full].update(instance_anchor_summary(model, inputs, batch_size))
             m = cache[full]
-            rows.append({"k": int(count), "position": pos, "spec": full, "accuracy": m["accuracy"],
-                         "ci_lo": m["ci"][0], "ci_hi": m["ci"][1], "n": m["n"],
-                         **{key: m.get(key, float("nan")) for key in (_ANCHOR_KEYS if anchors else ())},
-                         **({"fixed": m.get("fixed", "")} if anchors else {})})
+            rows.append(
+                {
+                    "k": int(count),
+                    "position": pos,
+                    "spec": full,
+                    "accuracy": m["accuracy"],
+                    "ci_lo": m["ci"][0],
+                    "ci_hi": m["ci"][1],
+                    "n": m["n"],
+                    **{key: m.get(key, float("nan")) for key in (_ANCHOR_KEYS if anchors else ())},
+                    **({"fixed": m.get("fixed", "")} if anchors else {}),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -129,9 +139,15 @@ def sweep_length(
         spec = f"{method}:n={int(length)}"
         run_out = None if out is None else Path(out) / f"n-{int(length)}"
         run = train(spec, task, data, eval_data, base=shared, out=run_out, force=force, **train_options)
-        rows.append({
-            "length": int(length), "spec": spec, "accuracy": run.metrics.get("accuracy"),
-            "best_eval_accuracy": run.summary["best_eval_accuracy"], "num_trainable": run.summary["num_trainable"],
-            "time_per_step_s": run.summary["time_per_step_s"], "steps": run.summary["steps"],
-        })
+        rows.append(
+            {
+                "length": int(length),
+                "spec": spec,
+                "accuracy": run.metrics.get("accuracy"),
+                "best_eval_accuracy": run.summary["best_eval_accuracy"],
+                "num_trainable": run.summary["num_trainable"],
+                "time_per_step_s": run.summary["time_per_step_s"],
+                "steps": run.summary["steps"],
+            }
+        )
     return pd.DataFrame(rows)

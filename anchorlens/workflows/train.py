@@ -8,6 +8,7 @@ Layout of ``out``::
     metrics.json          task metrics of ``final`` on the eval examples
     summary.json, manifest.json
 """
+
 from __future__ import annotations
 
 import json
@@ -20,11 +21,11 @@ import pandas as pd
 from anchorlens.atomic import write_json, write_text
 from anchorlens.errors import UsageError
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, manifest
 from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
 from anchorlens.training.checkpointing import latest_checkpoint, save_guidance_atomic
-from anchorlens.methods.spec import load_guided
 from anchorlens.workflows.inputs import resolve_inputs
 
 DEFAULT_STEPS = 250
@@ -73,23 +74,82 @@ def train(
     ``resume`` continues the training run there, ``force`` replaces an anchorlens run there.
     """
     if out is None:
-        return _train(method_spec, task, data, eval_data, base, steps, epochs, lr, batch_size, grad_accum, optimizer,
-                      seed, None, False, eval_every, patience, save_every, n, max_length, weight_decay, progress)
+        return _train(
+            method_spec,
+            task,
+            data,
+            eval_data,
+            base,
+            steps,
+            epochs,
+            lr,
+            batch_size,
+            grad_accum,
+            optimizer,
+            seed,
+            None,
+            False,
+            eval_every,
+            patience,
+            save_every,
+            n,
+            max_length,
+            weight_decay,
+            progress,
+        )
     with claimed(out, kind="train", force=force, resume=resume) as claim:
         try:
-            return _train(method_spec, task, data, eval_data, base, steps, epochs, lr, batch_size, grad_accum,
-                          optimizer, seed, claim, resume, eval_every, patience, save_every, n, max_length,
-                          weight_decay, progress)
+            return _train(
+                method_spec,
+                task,
+                data,
+                eval_data,
+                base,
+                steps,
+                epochs,
+                lr,
+                batch_size,
+                grad_accum,
+                optimizer,
+                seed,
+                claim,
+                resume,
+                eval_every,
+                patience,
+                save_every,
+                n,
+                max_length,
+                weight_decay,
+                progress,
+            )
         except BaseException:
             claim.discard_if_empty()  # stopped before its first checkpoint: no OUT left behind
             raise
 
 
-def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str | Path | None, base: Base | str,
-           steps: int | None, epochs: float | None, lr: float, batch_size: int, grad_accum: int, optimizer: str,
-           seed: int, claim: OutClaim | None, resume: bool, eval_every: int, patience: int | None,
-           save_every: int | None, n: int | None, max_length: int | None, weight_decay: float,
-           progress: bool) -> TrainRun:
+def _train(
+    method_spec: str,
+    task: str,
+    data: str | Path | None,
+    eval_data: str | Path | None,
+    base: Base | str,
+    steps: int | None,
+    epochs: float | None,
+    lr: float,
+    batch_size: int,
+    grad_accum: int,
+    optimizer: str,
+    seed: int,
+    claim: OutClaim | None,
+    resume: bool,
+    eval_every: int,
+    patience: int | None,
+    save_every: int | None,
+    n: int | None,
+    max_length: int | None,
+    weight_decay: float,
+    progress: bool,
+) -> TrainRun:
     """:func:`train` with ``out`` already claimed (or None)."""
     inputs = resolve_inputs(task, data, n, need_labels=True)
     if eval_data is not None:
@@ -102,9 +162,19 @@ def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str 
     if steps is None:
         steps = DEFAULT_STEPS if epochs is None else steps_for_epochs(len(train_ex), batch_size, grad_accum, epochs)
     try:
-        config = TrainConfig(steps=steps, lr=lr, batch_size=batch_size, grad_accum=grad_accum, optimizer=optimizer,
-                             weight_decay=weight_decay, seed=seed, eval_every=eval_every, patience=patience,
-                             save_every=eval_every if save_every is None else save_every, max_length=max_length)
+        config = TrainConfig(
+            steps=steps,
+            lr=lr,
+            batch_size=batch_size,
+            grad_accum=grad_accum,
+            optimizer=optimizer,
+            weight_decay=weight_decay,
+            seed=seed,
+            eval_every=eval_every,
+            patience=patience,
+            save_every=eval_every if save_every is None else save_every,
+            max_length=max_length,
+        )
     except ValueError as err:
         raise UsageError(str(err)) from None
     spec = method_spec
@@ -112,32 +182,64 @@ def _train(method_spec: str, task: str, data: str | Path | None, eval_data: str 
     out_path = None if claim is None else claim.start_in_place()
     trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress)
     result = trainer.fit(resume=resume and out_path is not None)
-    summary = {**result.summary, "method_spec": spec, "data": inputs.source,
-               "eval_data": str(eval_data) if eval_data is not None else "split:0.1"}
+    summary = {
+        **result.summary,
+        "method_spec": spec,
+        "data": inputs.source,
+        "eval_data": str(eval_data) if eval_data is not None else "split:0.1",
+    }
     history = pd.DataFrame(result.state.history)
     metrics: dict[str, Any] = {}
     if eval_ex:
         preds = result.predictions  # scored once, inside the trainer's final evaluation
         if preds is None:  # resumed at the last step: nothing was evaluated in this session
-            preds = predict(result.guided, eval_ex, inputs.task, batch_size=config.eval_batch_size,
-                            max_length=max_length, progress=progress)
+            preds = predict(
+                result.guided,
+                eval_ex,
+                inputs.task,
+                batch_size=config.eval_batch_size,
+                max_length=max_length,
+                progress=progress,
+            )
         metrics = {"task": inputs.task.name, "split": "eval", **task_metrics(preds, inputs.task)}
     if claim is not None:
         _write_outputs(claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed)
     return TrainRun(result.guided, summary, history, metrics, out_path)
 
 
-def _write_outputs(claim: OutClaim, guided: Any, inputs: Any, summary: dict, history: pd.DataFrame, metrics: dict,
-                   train_ex: list[dict], eval_ex: list[dict], seed: int) -> None:
+def _write_outputs(
+    claim: OutClaim,
+    guided: Any,
+    inputs: Any,
+    summary: dict,
+    history: pd.DataFrame,
+    metrics: dict,
+    train_ex: list[dict],
+    eval_ex: list[dict],
+    seed: int,
+) -> None:
     """``final/`` (with the summary as ``training``), history.csv, metrics.json, summary.json, then manifest.json."""
     out = claim.path
-    save_guidance_atomic(guided, out / "final", task=inputs.task.name, template=inputs.task.template.spec,
-                         training=json.loads(json.dumps(summary, default=str)))
+    save_guidance_atomic(
+        guided,
+        out / "final",
+        task=inputs.task.name,
+        template=inputs.task.template.spec,
+        training=json.loads(json.dumps(summary, default=str)),
+    )
     write_text(out / "history.csv", history.to_csv(index=False))
     write_json(out / "metrics.json", metrics)
     write_json(out / "summary.json", summary)
-    claim.finish_in_place(manifest(
-        "train", base_model=guided.base, data_digest=examples_digest(train_ex), seed=seed, model=guided.config(),
-        task=inputs.task.name, data=inputs.source, eval_digest=examples_digest(eval_ex),
-        latest_checkpoint=str(latest_checkpoint(out)),
-    ))
+    claim.finish_in_place(
+        manifest(
+            "train",
+            base_model=guided.base,
+            data_digest=examples_digest(train_ex),
+            seed=seed,
+            model=guided.config(),
+            task=inputs.task.name,
+            data=inputs.source,
+            eval_digest=examples_digest(eval_ex),
+            latest_checkpoint=str(latest_checkpoint(out)),
+        )
+    )

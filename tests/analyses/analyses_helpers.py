@@ -1,4 +1,5 @@
 """Synthetic attention events for the analyses tests."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -95,8 +96,9 @@ def split_event(event: AttentionEvent, index) -> AttentionEvent:
     vis = event.visible if event.visible.shape[0] == 1 else event.visible[idx]
     q = SequenceRoles(event.layout.q.roles[idx], event.layout.q.valid[idx])
     k = SequenceRoles(event.layout.k.roles[idx], event.layout.k.valid[idx])
-    return AttentionEvent(event.stack, event.layer, event.heads, event.probs[idx], vis, Layout(q, k),
-                          event.example_ids[idx])
+    return AttentionEvent(
+        event.stack, event.layer, event.heads, event.probs[idx], vis, Layout(q, k), event.example_ids[idx]
+    )
 
 
 NAN = float("nan")
@@ -113,7 +115,7 @@ def hand_event() -> AttentionEvent:
     ).unsqueeze(1)
     roles = torch.tensor([[CAP, STR, CON, CON], [SPE, STR, SOFT, CAP]])
     valid = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1]]).bool()
-    visible = (valid[:, None, None, :] & torch.ones(4, 4, dtype=torch.bool).tril())
+    visible = valid[:, None, None, :] & torch.ones(4, 4, dtype=torch.bool).tril()
     return make_event(probs, roles, valid, visible=visible, example_ids=[10, 11], heads=[5])
 
 

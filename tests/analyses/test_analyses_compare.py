@@ -1,4 +1,5 @@
 """Checkpoint comparison tables."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -24,8 +25,16 @@ def fake_frame(shift: float, seed: int = 0, n: int = 12) -> pd.DataFrame:
 def test_compare_frames():
     frames = {"pt": fake_frame(0.0), "capt": fake_frame(0.1)}
     out = A.compare_frames(frames, "pt", n_boot=200)
-    assert list(out.columns[:8]) == ["checkpoint", "baseline", "metric", "stack", "layer", "head",
-                                     "query_role", "key_role"]
+    assert list(out.columns[:8]) == [
+        "checkpoint",
+        "baseline",
+        "metric",
+        "stack",
+        "layer",
+        "head",
+        "query_role",
+        "key_role",
+    ]
     am = out[out["metric"] == "anchor_mass"]
     assert len(am) == 4 and (am["n"] == 12).all()
     assert np.allclose(am["diff"], 0.1) and np.allclose(am["ci_lo"], 0.1) and np.allclose(am["ci_hi"], 0.1)
@@ -55,7 +64,9 @@ def test_compare_frames_equals_join_and_groupby_path():
     merged = new.merge(old, on=cell, suffixes=("", "_old"))
     assert len(merged) == len(old) == len(new)
     for col in ("n", "diff", "ci_lo", "ci_hi", "p_value"):
-        np.testing.assert_allclose(merged[col].astype(float), merged[col + "_old"].astype(float), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(
+            merged[col].astype(float), merged[col + "_old"].astype(float), rtol=1e-12, atol=1e-12
+        )
     np.testing.assert_allclose(merged["mean_checkpoint"], merged["mean_a"], rtol=1e-12)
     with pytest.raises(ValueError, match="several rows"):
         A.compare_frames({"base": pd.concat([a, a]), "ckpt": b}, "base", n_boot=10)
@@ -77,9 +88,13 @@ def test_headline_table():
 
 def test_headline_reports_mask_fixed_metric_as_fixed_not_as_a_value():
     df = fake_frame(0.0)
-    island = df[df["metric"] == "anchor_mass"].assign(metric="island_score", query_role="guidance",
-                                                      key_role="guidance", value=np.nan,
-                                                      fixed="fixed by the causal mask: guidance queries see only guidance keys")
+    island = df[df["metric"] == "anchor_mass"].assign(
+        metric="island_score",
+        query_role="guidance",
+        key_role="guidance",
+        value=np.nan,
+        fixed="fixed by the causal mask: guidance queries see only guidance keys",
+    )
     df = pd.concat([df.assign(fixed=""), island], ignore_index=True)
     t = A.headline_table({"a": df, "b": df}, metrics=(HM_MASS, HM_ISLAND), n_boot=50)
     row = t[t["name"] == "island"]
@@ -93,7 +108,9 @@ def test_average_heads_equals_groupby_mean_skipping_nan():
     new = A.average_heads(df)
     pos = df[df["head"] >= 0]
     keys = [c for c in df.columns if c not in ("head", "value", "count")]
-    old = pos.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), count=("count", "mean")).reset_index()
+    old = (
+        pos.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), count=("count", "mean")).reset_index()
+    )
     m = new.merge(old, on=keys, suffixes=("", "_old"))
     assert len(m) == len(old) == len(new) and (new["head"] == -1).all()
     np.testing.assert_allclose(m["value"], m["value_old"], rtol=1e-12)

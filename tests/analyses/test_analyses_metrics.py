@@ -1,12 +1,13 @@
 """Derived metrics from reducer frames."""
+
 from __future__ import annotations
 
 import pandas as pd
 import pytest
+from analyses_helpers import hand_event, lookup
 
 import anchorlens.analyses as A
 from anchorlens.analyses.registry import make_reducer
-from analyses_helpers import hand_event, lookup
 
 
 @pytest.fixture(scope="module")

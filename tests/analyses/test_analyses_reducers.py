@@ -1,4 +1,5 @@
 """Metric reducers on hand-built and random attention events."""
+
 from __future__ import annotations
 
 import io
@@ -97,8 +98,12 @@ def entropy_of(*p):
 def test_entropy_hand_computed():
     df = feed("entropy", [hand_event()]).frame()
     ent = df[df["metric"] == "entropy"]
-    ex0 = [0.0, entropy_of(0.6, 0.4) / math.log(2), entropy_of(0.5, 0.2, 0.3) / math.log(3),
-           entropy_of(0.1, 0.2, 0.3, 0.4) / math.log(4)]
+    ex0 = [
+        0.0,
+        entropy_of(0.6, 0.4) / math.log(2),
+        entropy_of(0.5, 0.2, 0.3) / math.log(3),
+        entropy_of(0.1, 0.2, 0.3, 0.4) / math.log(4),
+    ]
     assert lookup(ent, example=10, query_role="capsule") == 0.0  # one visible key -> 0
     assert lookup(ent, example=10, query_role="content") == pytest.approx((ex0[2] + ex0[3]) / 2)
     assert lookup(ent, example=10, query_role="all") == pytest.approx(sum(ex0) / 4)
@@ -123,7 +128,11 @@ def test_anchor_content_entropy():
     assert (row["query_role"], row["key_role"]) == ("capsule", "content")
     assert row["value"] == pytest.approx(entropy_of(0.25, 0.75) / math.log(2))
     all_roles = feed("entropy", [ev], anchor_role=None).frame()
-    assert set(all_roles[all_roles["metric"] == "anchor_content_entropy"]["query_role"]) == {"content", "capsule", "structural"}
+    assert set(all_roles[all_roles["metric"] == "anchor_content_entropy"]["query_role"]) == {
+        "content",
+        "capsule",
+        "structural",
+    }
     inst = feed("entropy", [ev], anchor_role="instance").frame()
     assert inst[inst["metric"] == "anchor_content_entropy"].empty
 
@@ -159,8 +168,10 @@ ALL_NAMES = ("role_flow", "first_token", "entropy")
 
 def batches():
     """The same 12 examples at two sites, as one list of events."""
-    full = [random_event(s, b=12, t=8, layer=layer, example_ids=list(range(100, 112)), nan_padding=True)
-            for s, layer in ((1, 0), (2, 3))]
+    full = [
+        random_event(s, b=12, t=8, layer=layer, example_ids=list(range(100, 112)), nan_padding=True)
+        for s, layer in ((1, 0), (2, 3))
+    ]
     return full
 
 
@@ -240,8 +251,11 @@ def test_average_heads():
     assert set(avg["head"]) == {-1}
     assert list(avg.columns) == list(A.COLUMNS)
     one = avg.iloc[0]
-    sel = df[(df["example"] == one["example"]) & (df["query_role"] == one["query_role"])
-             & (df["key_role"] == one["key_role"])]
+    sel = df[
+        (df["example"] == one["example"])
+        & (df["query_role"] == one["query_role"])
+        & (df["key_role"] == one["key_role"])
+    ]
     assert one["value"] == pytest.approx(sel["value"].mean())
 
 
@@ -278,8 +292,10 @@ def test_make_reducer_works_in_a_fresh_process():
     import sys
     from pathlib import Path
 
-    code = ("from anchorlens.analyses.registry import make_reducer\n"
-            "print(*(make_reducer(n).name for n in ('role_flow', 'first_token', 'entropy')))")
+    code = (
+        "from anchorlens.analyses.registry import make_reducer\n"
+        "print(*(make_reducer(n).name for n in ('role_flow', 'first_token', 'entropy')))"
+    )
     root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, check=True)

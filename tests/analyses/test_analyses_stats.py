@@ -1,4 +1,5 @@
 """Bootstrap, sign-flip test, Benjamini-Hochberg, grouped summaries."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,5 +1,6 @@
 """The sink-aware decomposition: sums to 1 per query, equals hand computation from full maps,
 and metrics the causal mask fixes are flagged, not reported."""
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,8 @@ from hypothesis import strategies as st
 
 from anchorlens.analyses import structural_attention
 from anchorlens.analyses.decomposition import DecompositionReducer
-from anchorlens.capture.event import AttentionEvent
 from anchorlens.analyses.registry import make_reducer
+from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import Layout, SequenceRoles
 
@@ -23,8 +24,15 @@ INPUT = (Role.SPECIAL, Role.STRUCTURAL, Role.CONTENT)
 def _query_slice(event: AttentionEvent, lo: int, hi: int) -> AttentionEvent:
     """The same event restricted to queries lo:hi (keys unchanged), as a chunked capture hands it."""
     q = SequenceRoles(event.layout.q.roles[:, lo:hi], event.layout.q.valid[:, lo:hi])
-    return AttentionEvent(event.stack, event.layer, event.heads, event.probs[:, :, lo:hi],
-                          event.visible[:, :, lo:hi], Layout(q, event.layout.k), event.example_ids)
+    return AttentionEvent(
+        event.stack,
+        event.layer,
+        event.heads,
+        event.probs[:, :, lo:hi],
+        event.visible[:, :, lo:hi],
+        Layout(q, event.layout.k),
+        event.example_ids,
+    )
 
 
 def _parts(df):
@@ -66,7 +74,10 @@ def test_sink_is_first_input_key_not_guidance():
     r = DecompositionReducer()
     r.update(make_event(probs, roles, visible=visible))
     df = r.frame()
-    get = lambda q, k: float(df[(df.metric == "decomposition") & (df.query_role == q) & (df.key_role == k)].value.iloc[0])  # noqa: E731
+
+    def get(q, k):
+        return float(df[(df.metric == "decomposition") & (df.query_role == q) & (df.key_role == k)].value.iloc[0])
+
     # input queries 1..3: sink (key 1) = (0.7 + 0.5 + 0.1) / 3; instance = (0.3 + 0.2 + 0.4) / 3
     assert get("input", "sink") == pytest.approx(1.3 / 3)
     assert get("input", "instance") == pytest.approx(0.9 / 3)
@@ -96,11 +107,12 @@ def test_state_round_trip_and_merge():
 
 # -- real capture on tiny-llama: parts equal hand computation from full maps ---------------------
 
+
 @pytest.fixture(scope="module")
 def measured(tiny_base):
     from anchorlens.capture.collect import collect_maps, encode_batches
-    from anchorlens.workflows.inputs import resolve_inputs
     from anchorlens.methods.spec import load_guided
+    from anchorlens.workflows.inputs import resolve_inputs
     from anchorlens.workflows.statistics import capture_statistics
 
     inputs = resolve_inputs("rte", None, 2)
@@ -115,8 +127,14 @@ def measured(tiny_base):
 
 
 def _value(df, metric, example, layer, head, q, k=""):
-    row = df[(df.metric == metric) & (df.example == example) & (df.layer == layer) & (df["head"] == head)
-             & (df.query_role == q) & (df.key_role == k)]
+    row = df[
+        (df.metric == metric)
+        & (df.example == example)
+        & (df.layer == layer)
+        & (df["head"] == head)
+        & (df.query_role == q)
+        & (df.key_role == k)
+    ]
     assert len(row) == 1, (metric, q, k, len(row))
     return float(row.value.iloc[0])
 
@@ -140,7 +158,8 @@ def test_decomposition_equals_hand_computation_from_maps(measured, spec):
                     parts[role.label] = p[:, keys].sum(-1).mean().item() if keys else 0.0
                 for label, expected in parts.items():
                     assert _value(metrics, "decomposition", example, layer, head, "input", label) == pytest.approx(
-                        expected, abs=1e-6), label
+                        expected, abs=1e-6
+                    ), label
                 assert math.isclose(sum(parts.values()), 1.0, abs_tol=1e-5)
                 # structural attention (role_flow) = structural-without-sink (+ the sink when it is structural)
                 got = _value(pooled, "structural_attention", example, layer, head, "input", "structural")
@@ -154,7 +173,8 @@ def test_decomposition_equals_hand_computation_from_maps(measured, spec):
                     n_vis = q + 1  # causal, no padding in per-example maps
                     ent.append(float(-(row * row.log()).sum() / math.log(n_vis)) if n_vis > 1 else 0.0)
                 assert _value(metrics, "entropy", example, layer, head, "input") == pytest.approx(
-                    sum(ent) / len(ent), abs=1e-5)
+                    sum(ent) / len(ent), abs=1e-5
+                )
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
 """Test helpers: a sink that keeps every event, and eager references."""
+
 from __future__ import annotations
 
 import torch

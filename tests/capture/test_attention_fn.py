@@ -3,6 +3,7 @@
 Tiny random models are built from transformers' own config classes (sliding window smaller than the
 input) and compared against HF eager ``output_attentions`` and eager logits, with left and right padding.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -19,24 +20,48 @@ from .helpers import Collect
 
 SEQ = 12
 WINDOW = 4
-COMMON = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
-              num_key_value_heads=2, head_dim=8, max_position_embeddings=64, pad_token_id=0)
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=64,
+    pad_token_id=0,
+)
 
 
 def _config(family: str):
     if family == "gemma2":  # soft-capping, query_pre_attn_scalar, alternating sliding/global layers
-        return transformers.Gemma2Config(**COMMON, sliding_window=WINDOW, attn_logit_softcapping=5.0,
-                                         query_pre_attn_scalar=12, final_logit_softcapping=None,
-                                         layer_types=["sliding_attention", "full_attention"])
+        return transformers.Gemma2Config(
+            **COMMON,
+            sliding_window=WINDOW,
+            attn_logit_softcapping=5.0,
+            query_pre_attn_scalar=12,
+            final_logit_softcapping=None,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     if family == "gemma3":
-        return transformers.Gemma3TextConfig(**COMMON, sliding_window=WINDOW, query_pre_attn_scalar=12,
-                                             layer_types=["sliding_attention", "full_attention"])
+        return transformers.Gemma3TextConfig(
+            **COMMON,
+            sliding_window=WINDOW,
+            query_pre_attn_scalar=12,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     if family == "mistral":
         return transformers.MistralConfig(**COMMON, sliding_window=WINDOW)
     if family == "gpt_oss":  # attention sinks (s_aux)
         cfg = {k: v for k, v in COMMON.items() if k != "intermediate_size"}
-        return transformers.GptOssConfig(**cfg, intermediate_size=32, num_local_experts=2, num_experts_per_tok=1,
-                                         sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+        return transformers.GptOssConfig(
+            **cfg,
+            intermediate_size=32,
+            num_local_experts=2,
+            num_experts_per_tok=1,
+            sliding_window=WINDOW,
+            layer_types=["sliding_attention", "full_attention"],
+        )
     raise AssertionError(family)
 
 
@@ -57,7 +82,7 @@ def _inputs(padding_side: str):
     mask = torch.ones(3, SEQ, dtype=torch.long)
     for row, n in ((1, 3), (2, 5)):
         if padding_side == "right":
-            mask[row, SEQ - n:] = 0
+            mask[row, SEQ - n :] = 0
         else:
             mask[row, :n] = 0
     return ids, mask
@@ -162,8 +187,14 @@ def test_unmasked_sliding_window_matches_eager_math():
     sites = [(Site("decoder", 0), module)]
     roles = SequenceRoles(torch.zeros(2, SEQ, dtype=torch.long), torch.ones(2, SEQ, dtype=torch.bool))
     sink = Collect()
-    session = CaptureSession(sites, sink, StaticLayout({"input": roles}, {"decoder": ("input", "input")}),
-                             torch.arange(2), Selection(), CaptureOptions(mode="strict"))
+    session = CaptureSession(
+        sites,
+        sink,
+        StaticLayout({"input": roles}, {"decoder": ("input", "input")}),
+        torch.arange(2),
+        Selection(),
+        CaptureOptions(mode="strict"),
+    )
     with activate(session), torch.no_grad():
         out, _ = anchorlens_attention_forward(module, q, k, v, None, scaling=0.3, sliding_window=WINDOW)
     assert float((_assemble(sink.events, 0) - ref_probs).abs().max()) <= 1e-5

@@ -1,4 +1,5 @@
 """Query chunking under a memory budget: events carry query slices, reducers and maps add up exactly."""
+
 from __future__ import annotations
 
 import pytest
@@ -51,8 +52,9 @@ def test_reducers_sum_across_chunks(tiny_base, name, options):
     capture_batch(base, batch, StreamSink([chunked]), need_logits=False, options=TINY_BUDGET)
     a, b = whole.frame(), chunked.frame()
     assert len(a) == len(b) > 0
-    torch.testing.assert_close(torch.tensor(b["value"].to_numpy()), torch.tensor(a["value"].to_numpy()),
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        torch.tensor(b["value"].to_numpy()), torch.tensor(a["value"].to_numpy()), rtol=0, atol=1e-6
+    )
     assert (a["count"].to_numpy() == b["count"].to_numpy()).all()
 
 
@@ -61,8 +63,9 @@ def test_map_sink_assembles_chunks(tiny_base):
     examples = bundled_examples("rte")[:2]
     template = get_task("rte").template
     whole = collect_maps(base, encode_batches(base, examples, template, batch_size=2), max_examples=2)
-    chunked = collect_maps(base, encode_batches(base, examples, template, batch_size=2), max_examples=2,
-                           options=TINY_BUDGET)
+    chunked = collect_maps(
+        base, encode_batches(base, examples, template, batch_size=2), max_examples=2, options=TINY_BUDGET
+    )
     for a, b in zip(whole, chunked, strict=True):
         torch.testing.assert_close(b["decoder"].probs, a["decoder"].probs, rtol=0, atol=1e-6)
         assert torch.equal(a["decoder"].q_roles, b["decoder"].q_roles)

@@ -1,4 +1,5 @@
 """Captured probabilities equal HF eager attentions on every family; outputs equal the plain forward."""
+
 from __future__ import annotations
 
 import pytest

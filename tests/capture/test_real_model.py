@@ -1,4 +1,5 @@
 """Exactness on the embedded SmolLM2 with a real RTE example (skips without model or data)."""
+
 from __future__ import annotations
 
 import torch

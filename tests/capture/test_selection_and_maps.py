@@ -1,4 +1,5 @@
 """Site selection parsing, MapSink maps (padding removed, guidance labels) and their safetensors round trip."""
+
 from __future__ import annotations
 
 import pytest

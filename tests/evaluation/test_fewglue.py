@@ -1,4 +1,5 @@
 """``evaluate`` on every FewGLUE task with tiny-llama, and its run directory."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Metrics against hand-computed values."""
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,7 @@ def test_f1a_and_em_by_hand():
 
 
 def test_accuracy_ci_is_the_project_bootstrap():
-    preds = pd.DataFrame({"label": [True] * 10, "pred": [True] * 7 + [False] * 3,
-                          "correct": [True] * 7 + [False] * 3})
+    preds = pd.DataFrame({"label": [True] * 10, "pred": [True] * 7 + [False] * 3, "correct": [True] * 7 + [False] * 3})
     m = task_metrics(preds, "boolq", seed=1)
     mean, low, high = bootstrap_ci([1.0] * 7 + [0.0] * 3, seed=1)
     assert m["accuracy"] == pytest.approx(mean) and m["accuracy_ci95"] == [low, high]
@@ -47,10 +47,15 @@ def test_accuracy_ci_is_the_project_bootstrap():
 
 
 def test_task_metrics_multirc_groups_by_passage_and_question():
-    df = pd.DataFrame({
-        "label": [1, 0, 1, 1], "pred": [1, 0, 1, 0], "correct": [True, True, True, False],
-        "group": [0, 0, 0, 0], "passage_idx": [0, 0, 1, 1],
-    })
+    df = pd.DataFrame(
+        {
+            "label": [1, 0, 1, 1],
+            "pred": [1, 0, 1, 0],
+            "correct": [True, True, True, False],
+            "group": [0, 0, 0, 0],
+            "passage_idx": [0, 0, 1, 1],
+        }
+    )
     m = task_metrics(df, "multirc")
     assert m["em"] == 0.5  # (passage 0, q0) right, (passage 1, q0) wrong
     assert m["f1a"] == pytest.approx(2 * 2 / (2 * 2 + 1))

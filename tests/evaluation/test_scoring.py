@@ -1,4 +1,5 @@
 """Verbalizer scoring for decoder and encoder-decoder bases, truncation and the predictions table."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,8 +16,10 @@ def test_verbalizers_share_a_prefix_and_differ_after_it(tiny_base):
     copa = verbalizer_ids(base.tokenizer, get_task("copa"))  # " 1" / " 2" -> [" ", "1"] / [" ", "2"]
     assert len(copa.shared) == 1 and len(set(copa.choice)) == 2
     rte = verbalizer_ids(base.tokenizer, get_task("rte"))
-    assert rte.shared == () and rte.choice == tuple(base.tokenizer(" yes", add_special_tokens=False)["input_ids"]
-                                                     + base.tokenizer(" no", add_special_tokens=False)["input_ids"])
+    assert rte.shared == () and rte.choice == tuple(
+        base.tokenizer(" yes", add_special_tokens=False)["input_ids"]
+        + base.tokenizer(" no", add_special_tokens=False)["input_ids"]
+    )
 
 
 def test_decoder_scores_are_log_probs_at_the_answer_token(tiny_base):
@@ -28,7 +31,7 @@ def test_decoder_scores_are_log_probs_at_the_answer_token(tiny_base):
     for b in range(len(examples)):  # the answer position holds the shared prefix token, right after "answer:"
         pos = int(batch.answer_pos[b])
         assert batch.encoded.input_ids[b, pos] == verb.shared[-1]
-        assert batch.encoded.tokens[b][pos - 1] == ":" and batch.encoded.attention_mask[b, pos + 1:].sum() == 0
+        assert batch.encoded.tokens[b][pos - 1] == ":" and batch.encoded.attention_mask[b, pos + 1 :].sum() == 0
     df = predict(base, examples, task, batch_size=2)
     logits = base.forward(batch.encoded).logits
     for b in range(len(examples)):
@@ -55,7 +58,14 @@ def test_t5_scores_sum_the_target_log_likelihood(tiny_base):
 
 
 def test_fit_row_cuts_the_longest_field_and_keeps_the_template_end():
-    roles = [Role.SPECIAL] + [Role.STRUCTURAL] + [Role.CONTENT] * 6 + [Role.STRUCTURAL] + [Role.CONTENT] * 2 + [Role.STRUCTURAL] * 2
+    roles = (
+        [Role.SPECIAL]
+        + [Role.STRUCTURAL]
+        + [Role.CONTENT] * 6
+        + [Role.STRUCTURAL]
+        + [Role.CONTENT] * 2
+        + [Role.STRUCTURAL] * 2
+    )
     fields = ["", "premise:"] + ["premise"] * 6 + ["h:"] + ["hypothesis"] * 2 + ["answer", ":"]
     row = Row(list(range(len(roles))), [int(r) for r in roles], fields, [str(i) for i in range(len(roles))])
     cut = fit_row(row, 9)

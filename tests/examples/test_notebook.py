@@ -1,4 +1,5 @@
 """The example notebook runs top to bottom (on tiny-llama, for speed); saved, it still shows the maps."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,8 +18,9 @@ def saved_outputs(tmp_path_factory) -> list:
     mp.setenv("ANCHORLENS_NOTEBOOK_BASE", "tiny-llama")
     try:
         nb = nbformat.read(NOTEBOOK, as_version=4)
-        NotebookClient(nb, timeout=300, kernel_name="python3",
-                       resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+        NotebookClient(
+            nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+        ).execute()
     finally:
         mp.undo()
     saved = tmp_path_factory.mktemp("nb") / "saved.ipynb"
@@ -30,7 +32,9 @@ def saved_outputs(tmp_path_factory) -> list:
 @pytest.mark.slow
 def test_no_warning_output(saved_outputs):
     """No red warning (tqdm's "IProgress not found" when ipywidgets is absent) anywhere, first output included."""
-    warned = [o.text[:200] for o in saved_outputs if o.output_type == "stream" and o.name == "stderr" and "Warning" in o.text]
+    warned = [
+        o.text[:200] for o in saved_outputs if o.output_type == "stream" and o.name == "stderr" and "Warning" in o.text
+    ]
     assert not warned
 
 
@@ -52,5 +56,9 @@ def test_example_notebook_executes_and_saved_copy_shows_static_maps(saved_output
     printed = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stdout")
     assert "Inspection of " in printed and "top anchors" in printed  # the HF model + tokenizer cell
     # view.plot(...): a matplotlib figure, static by nature
-    assert any(o.output_type in ("display_data", "execute_result") and "image/png" in o.get("data", {})
-               and "<canvas" not in o["data"].get("text/html", "") for o in outputs)
+    assert any(
+        o.output_type in ("display_data", "execute_result")
+        and "image/png" in o.get("data", {})
+        and "<canvas" not in o["data"].get("text/html", "")
+        for o in outputs
+    )

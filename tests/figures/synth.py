@@ -1,4 +1,5 @@
 """Synthetic StackMaps and metric frames for the figure tests (no model needed)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,12 +9,19 @@ import torch
 from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.roles.kinds import Role
 
-S, C, T, P, K, X = (int(Role.STRUCTURAL), int(Role.CONTENT), int(Role.SPECIAL), int(Role.SOFT_PROMPT),
-                    int(Role.CAPSULE), int(Role.INSTANCE))
+S, C, T, P, K, X = (
+    int(Role.STRUCTURAL),
+    int(Role.CONTENT),
+    int(Role.SPECIAL),
+    int(Role.SOFT_PROMPT),
+    int(Role.CAPSULE),
+    int(Role.INSTANCE),
+)
 
 
-def sequence(guidance: str = "soft_prompt", n_guidance: int = 4, premise: int = 6, hypothesis: int = 4,
-             seed: int = 0) -> tuple[list[int], list[str]]:
+def sequence(
+    guidance: str = "soft_prompt", n_guidance: int = 4, premise: int = 6, hypothesis: int = 4, seed: int = 0
+) -> tuple[list[int], list[str]]:
     """Roles and tokens of an RTE-like input with guidance positions in front."""
     rng = np.random.default_rng(seed)
     words = ["Ġthe", "Ġcat", "Ġsat", "Ġon", "Ġa", "Ġmat", "Ġ$5", "Ġdog", "Ġran", "\n", "▁rain", "Ġcosts"]
@@ -33,8 +41,9 @@ def sequence(guidance: str = "soft_prompt", n_guidance: int = 4, premise: int = 
     return roles, toks
 
 
-def stack_maps(roles: list[int], tokens: list[str], layers: int = 3, heads: int = 2, seed: int = 0,
-               sink: float = 0.5) -> StackMaps:
+def stack_maps(
+    roles: list[int], tokens: list[str], layers: int = 3, heads: int = 2, seed: int = 0, sink: float = 0.5
+) -> StackMaps:
     """Causal attention with a sink at position 0 and extra mass on structural keys."""
     rng = np.random.default_rng(seed)
     n = len(roles)
@@ -45,8 +54,15 @@ def stack_maps(roles: list[int], tokens: list[str], layers: int = 3, heads: int 
     probs = np.exp(logits - logits.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
     r = torch.tensor(roles, dtype=torch.long)
-    return StackMaps(torch.tensor(probs, dtype=torch.float32), list(range(layers)), list(range(heads)),
-                     r, r.clone(), list(tokens), list(tokens))
+    return StackMaps(
+        torch.tensor(probs, dtype=torch.float32),
+        list(range(layers)),
+        list(range(heads)),
+        r,
+        r.clone(),
+        list(tokens),
+        list(tokens),
+    )
 
 
 def attention_maps(example_id: int = 3, **kw) -> AttentionMaps:
@@ -70,8 +86,9 @@ def tidy(n_examples: int = 6, layers: int = 4, heads: int = 3, seed: int = 0) ->
                     for h in range(heads):
                         rows.append((ck, ex, "decoder", layer, h, m, "content", "", float(vals[h])))
                     rows.append((ck, ex, "decoder", layer, -1, m, "content", "", float(vals.mean())))
-    return pd.DataFrame(rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric",
-                                       "query_role", "key_role", "value"])
+    return pd.DataFrame(
+        rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric", "query_role", "key_role", "value"]
+    )
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
@@ -91,17 +108,53 @@ def compare(layers: int = 4, heads: int = 3, seed: int = 1) -> pd.DataFrame:
             for h in range(heads):
                 d = float(rng.normal(0, 0.2))
                 q = 0.01 if abs(d) > 0.15 else 0.4
-                rows.append((ck, "prompt_tuning", "anchor_mass", "decoder", layer, h, "content", "", 5,
-                             d, d - 0.1, d + 0.1, q / 2, q, q < 0.05))
-    return pd.DataFrame(rows, columns=["checkpoint", "baseline", "metric", "stack", "layer", "head", "query_role",
-                                       "key_role", "n", "diff", "ci_lo", "ci_hi", "p_value", "q_value",
-                                       "significant"])
+                rows.append(
+                    (
+                        ck,
+                        "prompt_tuning",
+                        "anchor_mass",
+                        "decoder",
+                        layer,
+                        h,
+                        "content",
+                        "",
+                        5,
+                        d,
+                        d - 0.1,
+                        d + 0.1,
+                        q / 2,
+                        q,
+                        q < 0.05,
+                    )
+                )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "checkpoint",
+            "baseline",
+            "metric",
+            "stack",
+            "layer",
+            "head",
+            "query_role",
+            "key_role",
+            "n",
+            "diff",
+            "ci_lo",
+            "ci_hi",
+            "p_value",
+            "q_value",
+            "significant",
+        ],
+    )
 
 
 def role_flow(n_examples: int = 3, layers: int = 2) -> pd.DataFrame:
     rng = np.random.default_rng(2)
-    roles = {"prompt_tuning": ["special", "structural", "content", "soft_prompt"],
-             "capt": ["special", "structural", "content", "capsule"]}
+    roles = {
+        "prompt_tuning": ["special", "structural", "content", "soft_prompt"],
+        "capt": ["special", "structural", "content", "capsule"],
+    }
     rows = []
     for ck, rs in roles.items():
         for ex in range(n_examples):
@@ -110,8 +163,9 @@ def role_flow(n_examples: int = 3, layers: int = 2) -> pd.DataFrame:
                     w = rng.dirichlet(np.ones(len(rs)))
                     for kr, v in zip(rs, w):
                         rows.append((ck, ex, "decoder", layer, -1, "role_flow", qr, kr, float(v)))
-    return pd.DataFrame(rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric",
-                                       "query_role", "key_role", "value"])
+    return pd.DataFrame(
+        rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric", "query_role", "key_role", "value"]
+    )
 
 
 POSITIONS = ("last", "first", "7", "middle", "after_structural", "2")
@@ -126,8 +180,33 @@ def sweep(n_examples: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
             acc.append((ck, pos, a))
             for ex in range(n_examples):
                 for layer in range(3):
-                    rows.append((ck, ex, "decoder", layer, -1, "anchor_mass", "content", "", pos,
-                                 float(rng.normal(0.3 + 0.1 * ci + 0.02 * len(pos), 0.05))))
-    df = pd.DataFrame(rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric",
-                                     "query_role", "key_role", "position", "value"])
+                    rows.append(
+                        (
+                            ck,
+                            ex,
+                            "decoder",
+                            layer,
+                            -1,
+                            "anchor_mass",
+                            "content",
+                            "",
+                            pos,
+                            float(rng.normal(0.3 + 0.1 * ci + 0.02 * len(pos), 0.05)),
+                        )
+                    )
+    df = pd.DataFrame(
+        rows,
+        columns=[
+            "checkpoint",
+            "example",
+            "stack",
+            "layer",
+            "head",
+            "metric",
+            "query_role",
+            "key_role",
+            "position",
+            "value",
+        ],
+    )
     return df, pd.DataFrame(acc, columns=["checkpoint", "position", "accuracy"])

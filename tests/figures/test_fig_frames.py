@@ -1,4 +1,5 @@
 """Curves, head grids, role flow and position sweeps from synthetic frames."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Attention-map figures and aligned averaging."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,10 +38,10 @@ def test_two_checkpoints_side_by_side_with_outlines_and_shared_scale():
     for ax in panels:
         assert "key" in ax.get_xlabel() and "query" in ax.get_ylabel()
     assert panels[0].get_images()[0].get_clim() == panels[1].get_images()[0].get_clim()
-    pt_box, = _guidance(panels[0])
+    (pt_box,) = _guidance(panels[0])
     assert (pt_box.get_x(), pt_box.get_width()) == (0.5, 4)  # keys 1..4 after <s>
     assert pt_box.get_gid() == "guidance:soft_prompt"
-    cp_box, = _guidance(panels[1])
+    (cp_box,) = _guidance(panels[1])
     assert (cp_box.get_x(), cp_box.get_width()) == (-0.5, 1)
     assert any(p.get_gid() == "structural" for p in panels[0].patches)
     text = _flat(fig.get_suptitle())

@@ -1,5 +1,6 @@
 """What a reviewer checks: shared labelled scales, wrapped grids, one bracket per soft prompt, blank
 absent roles, checkpoint order, legends off the title, bootstrap CIs, sweep axes."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,10 +31,22 @@ def _five_checkpoints() -> pd.DataFrame:
         for ex in range(3):
             for layer in range(3):
                 for h in range(2):
-                    rows.append((ck, ex, "decoder", layer, h, "anchor_mass", "input", "first_token",
-                                 0.05 + 0.2 * ci + 0.01 * layer + 0.001 * h + 0.0001 * ex))
-    return pd.DataFrame(rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric", "query_role",
-                                       "key_role", "value"])
+                    rows.append(
+                        (
+                            ck,
+                            ex,
+                            "decoder",
+                            layer,
+                            h,
+                            "anchor_mass",
+                            "input",
+                            "first_token",
+                            0.05 + 0.2 * ci + 0.01 * layer + 0.001 * h + 0.0001 * ex,
+                        )
+                    )
+    return pd.DataFrame(
+        rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric", "query_role", "key_role", "value"]
+    )
 
 
 def _panels(fig):
@@ -70,8 +83,12 @@ def test_head_grid_separate_figures_share_a_given_scale():
 
 
 def test_attention_maps_wrap_share_scale_and_bracket_soft_prompt():
-    maps = {name: synth.attention_maps(i, guidance=g, n_guidance=n) for i, (name, g, n) in enumerate(
-        [("base", "", 0), ("capsule", "capsule", 1), ("prompt", "soft_prompt", 100), ("instance", "instance", 1)])}
+    maps = {
+        name: synth.attention_maps(i, guidance=g, n_guidance=n)
+        for i, (name, g, n) in enumerate(
+            [("base", "", 0), ("capsule", "capsule", 1), ("prompt", "soft_prompt", 100), ("instance", "instance", 1)]
+        )
+    }
     fig = attention_map_figure(maps, layer="mean", head="mean")
     panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
     assert len(panels) == 4
@@ -144,9 +161,16 @@ def test_summarize_is_the_project_bootstrap_not_a_t_interval():
 
 
 def test_sweep_curve_integer_ticks_markers_ci_and_log_lengths():
-    k = pd.DataFrame({"k": [0, 1, 2, 4] * 2, "position": ["first"] * 4 + ["last"] * 4,
-                      "accuracy": [0.5] * 8, "ci_lo": [0.4] * 8, "ci_hi": [0.6] * 8,
-                      "anchor_mass": [np.nan, 0.2, 0.3, 0.4] * 2})
+    k = pd.DataFrame(
+        {
+            "k": [0, 1, 2, 4] * 2,
+            "position": ["first"] * 4 + ["last"] * 4,
+            "accuracy": [0.5] * 8,
+            "ci_lo": [0.4] * 8,
+            "ci_hi": [0.6] * 8,
+            "anchor_mass": [np.nan, 0.2, 0.3, 0.4] * 2,
+        }
+    )
     fig = sweep_curve(k, "k", by="position", title="instance sweep: accuracy (95% CI)")
     ax = fig.axes[0]
     assert list(ax.get_xticks()) == [0, 1, 2, 4]

@@ -1,4 +1,5 @@
 """Saving figures and PNG bytes."""
+
 from __future__ import annotations
 
 import pytest

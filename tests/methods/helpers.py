@@ -1,4 +1,5 @@
 """Test helpers for guided models: padded batches, a collecting sink, hand-written splicing."""
+
 from __future__ import annotations
 
 import torch
@@ -99,7 +100,10 @@ def run_block(model, block, input_ids=None, attention_mask=None, *, inputs=None,
             raise _Stop
         return (output, *out[1:]) if isinstance(out, tuple) else output
 
-    handles = [block.register_forward_pre_hook(pre, with_kwargs=True), block.register_forward_hook(post, with_kwargs=True)]
+    handles = [
+        block.register_forward_pre_hook(pre, with_kwargs=True),
+        block.register_forward_hook(post, with_kwargs=True),
+    ]
     try:
         if read == "output":
             model(inputs_embeds=torch.zeros_like(inputs), attention_mask=mask, use_cache=False)

@@ -1,4 +1,5 @@
 """The capsule forward equals a hand-written layer-by-layer loop of the two CaPT equations."""
+
 from __future__ import annotations
 
 import pytest

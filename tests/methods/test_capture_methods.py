@@ -1,4 +1,5 @@
 """Capture works on every method: layouts match the attention shapes and rows sum to 1 over valid keys."""
+
 from __future__ import annotations
 
 import pytest
@@ -44,8 +45,10 @@ def test_capture_every_method(tiny_base, name, spec):
         assert out.logits.shape[:2] == batch.input_ids.shape
 
 
-@pytest.mark.parametrize("spec,role,count", [("capsule", Role.CAPSULE, 1), ("deep-prompt:n=3", Role.SOFT_PROMPT, 3),
-                                             ("instance:k=2", Role.INSTANCE, 2)])
+@pytest.mark.parametrize(
+    "spec,role,count",
+    [("capsule", Role.CAPSULE, 1), ("deep-prompt:n=3", Role.SOFT_PROMPT, 3), ("instance:k=2", Role.INSTANCE, 2)],
+)
 def test_map_sink_labels_inserted_positions(tiny_base, spec, role, count):
     base = tiny_base("tiny-llama")
     guided = load_guided(spec, base=base)

@@ -1,4 +1,5 @@
 """Checkpoints: exact round trip, base checks, no overwrite, json + safetensors only."""
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,9 @@ from tests.methods.helpers import rte_batch
 
 def _trained(base) -> GuidedModel:
     """A guided model with nonzero (as if trained) parameters."""
-    guided = GuidedModel(base, [SoftPrompt(3), Capsule(fusion="project", rank=2, position="last"), DeepPrompt(2)], seed=5)
+    guided = GuidedModel(
+        base, [SoftPrompt(3), Capsule(fusion="project", rank=2, position="last"), DeepPrompt(2)], seed=5
+    )
     with torch.no_grad():
         for p in guided.trainable_parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
@@ -121,7 +124,10 @@ HOSTILE_META = [  # (edit of anchorlens.json, words the one-line error must cont
     (_set("methods", 0, "options", "rank", True), "option rank of method capsule must be an integer"),
     (_set("methods", 0, "options", "fusion", 3), "option fusion of method capsule must be one of"),
     (_set("methods", 0, "options", "fusion", "mix"), "unknown capsule fusion 'mix'"),
-    (_set("methods", 0, "options", "glow", 1), "unknown option 'glow' for method capsule (this anchorlens knows fusion, rank"),
+    (
+        _set("methods", 0, "options", "glow", 1),
+        "unknown option 'glow' for method capsule (this anchorlens knows fusion, rank",
+    ),
     (_set("methods", 0, "extra", 1), "unknown key 'extra'"),
     (_set("base", ["tiny-llama"]), "field base must be an object"),
     (_set("base", "fingerprint", "hash", 12), "base.fingerprint.hash must be a string"),
@@ -151,7 +157,9 @@ def test_a_checkpoint_asking_for_1e8_prompt_vectors_is_refused_before_allocating
     _edit(path, _set("methods", 0, "options", "n", 10**8))
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(path, base)
-    assert "methods[0]" in str(err.value) and "would allocate 23.8 GiB" in str(err.value) and "n <= 512" in str(err.value)
+    assert (
+        "methods[0]" in str(err.value) and "would allocate 23.8 GiB" in str(err.value) and "n <= 512" in str(err.value)
+    )
 
 
 def test_tensor_sizes_are_checked_against_the_options_before_allocating(tiny_base, tmp_path):

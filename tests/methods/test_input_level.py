@@ -1,4 +1,5 @@
 """Input-level positions (soft prompt, instance token) equal ``inputs_embeds`` concatenation exactly."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """One anchor rule on GuidedModel, and the capsule's mean option against hand computation."""
+
 from __future__ import annotations
 
 import pytest
@@ -76,7 +77,9 @@ def test_capsule_mean_options_differ_where_they_should(tiny_base):
     assert CapsuleConfig().mean == "capsule+input"
     assert torch.equal(default, logits("instance+deep-prompt:n=2+capsule:init=random,mean=capsule+input"))
     for other in ("input", "all"):  # all: the deep prompt's positions enter; input: neither they nor the instance
-        assert float((logits(f"instance+deep-prompt:n=2+capsule:init=random,mean={other}") - default).abs().max()) > 1e-4
+        assert (
+            float((logits(f"instance+deep-prompt:n=2+capsule:init=random,mean={other}") - default).abs().max()) > 1e-4
+        )
     # without other guidance positions, "all" and the default pool the same positions
     torch.testing.assert_close(logits("capsule:mean=all"), logits("capsule"), rtol=0, atol=0)
 

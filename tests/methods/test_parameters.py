@@ -1,4 +1,5 @@
 """Parameter counts, frozen base, gradients, architecture support."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """PEFT prompt-learning adapters built with the real ``peft`` library load as guided models with equal logits."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,9 @@ def _config(kind: str):
         return PromptEncoderConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=N, encoder_hidden_size=32)
     if kind == "prefix":
         return PrefixTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=N)
-    return PrefixTuningConfig(task_type=TaskType.CAUSAL_LM, num_virtual_tokens=N, prefix_projection=True, encoder_hidden_size=32)
+    return PrefixTuningConfig(
+        task_type=TaskType.CAUSAL_LM, num_virtual_tokens=N, prefix_projection=True, encoder_hidden_size=32
+    )
 
 
 def _build(name: str, kind: str, path):
@@ -155,7 +158,10 @@ def test_non_finite_adapter_weights_are_refused(tmp_path):
         ({"num_virtual_tokens": "four"}, "field num_virtual_tokens must be a positive integer"),
         ({"num_virtual_tokens": 10**8}, "n <= 512"),
         ({"base_model_name_or_path": 7}, "field base_model_name_or_path must be a string"),
-        ({"base_model_name_or_path": "meta-llama/Llama-2-7b-hf"}, "names 'meta-llama/Llama-2-7b-hf' but the base is 'tiny-llama'"),
+        (
+            {"base_model_name_or_path": "meta-llama/Llama-2-7b-hf"},
+            "names 'meta-llama/Llama-2-7b-hf' but the base is 'tiny-llama'",
+        ),
     ],
 )
 def test_adapter_config_is_validated_against_the_base(tmp_path, changes, needle):

@@ -1,4 +1,5 @@
 """Insertion positions land at the right index per example, for left- and right-padded batches."""
+
 from __future__ import annotations
 
 import pytest

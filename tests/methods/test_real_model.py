@@ -1,4 +1,5 @@
 """The embedded SmolLM2-135M: capsule size and equations on the real model (skips when absent)."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Specs: typed configs per method, round trips, composition, the one resolver, bounds and one-line errors."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -100,7 +101,10 @@ def test_load_guided_builds_the_methods(tiny_base):
     assert guided.guidances[0].n == 10 and guided.guidances[3].n == 5
     assert guided.guidances[2].config == CapsuleConfig(fusion="prepend", position="last")
     assert len(load_guided("base", base=base).guidances) == 0
-    assert guided.config()["methods"][1] == {"kind": "instance", "options": {"k": 1, "mode": "copies", "position": "first"}}
+    assert guided.config()["methods"][1] == {
+        "kind": "instance",
+        "options": {"k": 1, "mode": "copies", "position": "first"},
+    }
 
 
 def test_load_guided_resolves_every_kind_of_input(tiny_base):

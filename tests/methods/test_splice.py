@@ -1,4 +1,5 @@
 """Splice geometry: insert, compose, remove, positions and masks on small hand-checked cases."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """Decoder families: the tiny bases exercise each family's mechanism, deep prompts and prefixes are exact on
 each, unknown or unmirrorable architectures are refused with one line."""
+
 from __future__ import annotations
 
 import hashlib
@@ -19,7 +20,10 @@ DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
 
 
 def test_every_family_has_a_tiny_base():
-    families = {adapter_for(tiny_spec(name).config(tiny_tokenizer(tiny_spec(name).style)).model_type).family for name in TINY_BASES}
+    families = {
+        adapter_for(tiny_spec(name).config(tiny_tokenizer(tiny_spec(name).style)).model_type).family
+        for name in TINY_BASES
+    }
     assert families == set(FAMILIES)
 
 
@@ -62,10 +66,21 @@ MECHANISMS = [  # (base, what the tiny config sets, the setting that switches it
     ("tiny-gemma2", "attention soft-capping", {"attn_logit_softcapping": None}),
     ("tiny-gemma2", "query_pre_attn_scalar", {"query_pre_attn_scalar": 16}),
     ("tiny-gemma3", "query_pre_attn_scalar", {"query_pre_attn_scalar": 16}),
-    ("tiny-gemma3", "local rotary", {"rope_parameters": {
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-        "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}}),
-    ("tiny-gpt-neox", "partial rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}),
+    (
+        "tiny-gemma3",
+        "local rotary",
+        {
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            }
+        },
+    ),
+    (
+        "tiny-gpt-neox",
+        "partial rotary",
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}},
+    ),
 ]
 
 
@@ -124,7 +139,9 @@ def test_prefix_equals_peft_prefix_tuning(tmp_path, name):
     from anchorlens.models.loading import load_base
 
     fresh = load_base(name)  # PEFT wraps the model object
-    model = peft.get_peft_model(fresh.model, peft.PrefixTuningConfig(task_type=peft.TaskType.CAUSAL_LM, num_virtual_tokens=3))
+    model = peft.get_peft_model(
+        fresh.model, peft.PrefixTuningConfig(task_type=peft.TaskType.CAUSAL_LM, num_virtual_tokens=3)
+    )
     gen = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for p in model.prompt_encoder.parameters():

@@ -1,4 +1,5 @@
 """Hub ids resolved offline from an HF cache layout built in a temp dir (no network anywhere)."""
+
 from __future__ import annotations
 
 import json
@@ -65,8 +66,12 @@ def test_hub_id_loads_the_main_snapshot_offline(offline):
     ref, _ = build_tiny("tiny-llama", seed=0)
     torch.testing.assert_close(_logits(base.model), _logits(ref), rtol=0, atol=0)
     assert base.provenance() == {
-        "kind": "hub", "spec": "acme/tiny-llama", "repo_id": "acme/tiny-llama", "revision": "main",
-        "commit": MAIN, "path": str(offline / "models--acme--tiny-llama" / "snapshots" / MAIN),
+        "kind": "hub",
+        "spec": "acme/tiny-llama",
+        "repo_id": "acme/tiny-llama",
+        "revision": "main",
+        "commit": MAIN,
+        "path": str(offline / "models--acme--tiny-llama" / "snapshots" / MAIN),
     }
 
 
@@ -120,7 +125,9 @@ def _custom_snapshot(cache: Path, name: str, config: dict) -> Path:
 
 def test_remote_code_is_refused_in_one_line(offline):
     snap = _custom_snapshot(offline, "custom", {"model_type": "acme-net", "auto_map": {"AutoConfig": "x.AcmeConfig"}})
-    with pytest.raises(UsageError, match=r"^anchorlens never runs remote code; acme/custom has model_type 'acme-net' \(its"):
+    with pytest.raises(
+        UsageError, match=r"^anchorlens never runs remote code; acme/custom has model_type 'acme-net' \(its"
+    ):
         load_base("acme/custom")
     with pytest.raises(UsageError, match="^anchorlens never runs remote code"):
         load_base(str(snap))  # the same refusal for a local directory
@@ -175,11 +182,30 @@ def test_spec_shapes():
 
 
 def test_download_filter_takes_only_safetensors_configs_and_tokenizers():
-    files = ["config.json", "model-00001-of-00002.safetensors", "model.safetensors.index.json", "tokenizer.json",
-             "tokenizer_config.json", "tokenizer.model", "spiece.model", "vocab.txt", "merges.txt", "vocab.json",
-             "special_tokens_map.json", "chat_template.jinja", "generation_config.json",
-             "pytorch_model.bin", "model.pt", "modeling_acme.py", "tokenization_acme.py", "onnx/model.onnx",
-             "onnx/config.json", "original/consolidated.00.pth", "model.gguf", "flax_model.msgpack"]
+    files = [
+        "config.json",
+        "model-00001-of-00002.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "tokenizer.model",
+        "spiece.model",
+        "vocab.txt",
+        "merges.txt",
+        "vocab.json",
+        "special_tokens_map.json",
+        "chat_template.jinja",
+        "generation_config.json",
+        "pytorch_model.bin",
+        "model.pt",
+        "modeling_acme.py",
+        "tokenization_acme.py",
+        "onnx/model.onnx",
+        "onnx/config.json",
+        "original/consolidated.00.pth",
+        "model.gguf",
+        "flax_model.msgpack",
+    ]
     kept = set(filter_repo_objects(files, allow_patterns=ALLOW_PATTERNS, ignore_patterns=IGNORE_PATTERNS))
     assert kept == set(files[:13])
 
@@ -187,9 +213,13 @@ def test_download_filter_takes_only_safetensors_configs_and_tokenizers():
 @pytest.mark.slow  # a fresh interpreter imports torch and transformers (seconds; more on a loaded machine)
 def test_offline_environment_is_honoured_in_a_fresh_process(hub_cache, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache), "PYTHONPATH": str(REPO)}
-    code = ("from anchorlens.models.loading import load_base; import json; "
-            "print(json.dumps(load_base('acme/tiny-llama@v0.1').provenance()))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    code = (
+        "from anchorlens.models.loading import load_base; import json; "
+        "print(json.dumps(load_base('acme/tiny-llama@v0.1').provenance()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.strip().splitlines()[-1])["commit"] == TAGGED
 
@@ -202,6 +232,8 @@ def test_too_large_hub_base_is_refused_from_its_config_alone(offline):
         asked.append(device)
         return 1000
 
-    with pytest.raises(UsageError, match=r"^acme/config-only needs about .* MiB in float32, cuda:1 has 0.0 MiB available; use"):
+    with pytest.raises(
+        UsageError, match=r"^acme/config-only needs about .* MiB in float32, cuda:1 has 0.0 MiB available; use"
+    ):
         load_base("acme/config-only", device="cuda:1", available_memory=no_room)
     assert asked == ["cuda:1"]

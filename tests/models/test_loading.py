@@ -1,4 +1,5 @@
 """load_base: local HF directories (safetensors only), device_map, refusals, the embedded model's cache."""
+
 from __future__ import annotations
 
 import pytest
@@ -70,7 +71,11 @@ def test_fingerprint_keeps_its_keys_and_adds_a_weights_digest(tiny_base):
     assert set(fp) == {"model_type", "num_layers", "hidden_size", "num_heads", "vocab_size", "weights", "hash"}
     inner = base.model.model
     h = hashlib.sha256()  # by hand: embedding, first and last block's first parameter, 4,096 values each
-    for t in (inner.embed_tokens.weight, inner.layers[0].self_attn.q_proj.weight, inner.layers[-1].self_attn.q_proj.weight):
+    for t in (
+        inner.embed_tokens.weight,
+        inner.layers[0].self_attn.q_proj.weight,
+        inner.layers[-1].self_attn.q_proj.weight,
+    ):
         h.update(t.detach().flatten()[:4096].to(torch.bfloat16).float().numpy().tobytes())
     assert fp["weights"] == h.hexdigest()[:16]
     fp["hash"] = "mutated"
@@ -84,7 +89,8 @@ def test_same_shapes_other_weights_or_type_give_another_hash(tiny_base):
     assert tiny_base("tiny-llama", "bfloat16").fingerprint() == ref  # dtype does not change the identity
     other = _base_from(*build_tiny("tiny-llama", seed=1)).fingerprint()
     assert {k: v for k, v in other.items() if k not in ("weights", "hash")} == {
-        k: v for k, v in ref.items() if k not in ("weights", "hash")}
+        k: v for k, v in ref.items() if k not in ("weights", "hash")
+    }
     assert other["hash"] != ref["hash"]
     model, tok = build_tiny("tiny-llama")
     with torch.no_grad():
@@ -97,7 +103,13 @@ def test_same_shapes_other_weights_or_type_give_another_hash(tiny_base):
 def test_provenance_of_tiny_and_local_bases(hf_dir, tiny_base):
     path, _ = hf_dir
     assert tiny_base("tiny-llama").provenance() == {
-        "kind": "tiny", "spec": "tiny-llama", "repo_id": None, "revision": None, "commit": None, "path": None}
+        "kind": "tiny",
+        "spec": "tiny-llama",
+        "repo_id": None,
+        "revision": None,
+        "commit": None,
+        "path": None,
+    }
     local = load_base(str(path)).provenance()
     assert local["kind"] == "local" and local["path"] == str(path.resolve()) and local["commit"] is None
 
@@ -139,7 +151,9 @@ def test_base_too_large_for_the_device_is_refused_before_loading(hf_dir):
     assert asked == [None] and "\n" not in str(err.value)
     assert str(err.value).startswith(f"{path} needs about {need} in float32, the CPU has 0.0 MiB available; ")
     assert str(err.value).endswith("use --dtype bfloat16, --device auto or a smaller base")
-    with pytest.raises(UsageError, match="in bfloat16, the GPUs and CPU together have 0.0 MiB available; use a smaller base$"):
+    with pytest.raises(
+        UsageError, match="in bfloat16, the GPUs and CPU together have 0.0 MiB available; use a smaller base$"
+    ):
         load_base(str(path), dtype="bf16", device="auto", available_memory=tiny_ram)
     assert load_base(str(path), available_memory=lambda device: 64 * GIB).num_layers == ref.num_layers
 
@@ -149,7 +163,9 @@ def test_cpu_availability_is_plausible():
 
     from anchorlens.models.memory import available_bytes
 
-    total = int(next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[1])
+    total = int(
+        next(line for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal")).split()[1]
+    )
     assert 0 < available_bytes(None) <= total * 1024
 
 
@@ -179,7 +195,9 @@ def test_damaged_config_is_a_data_error(tmp_path):
 def test_sizes_read_as_people_write_them():
     from anchorlens.models.memory import GIB, human_size
 
-    assert human_size(28 * GIB) == "28.0 GiB" and human_size(GIB // 10) == "0.1 GiB" and human_size(3 * 2**20) == "3.0 MiB"
+    assert (
+        human_size(28 * GIB) == "28.0 GiB" and human_size(GIB // 10) == "0.1 GiB" and human_size(3 * 2**20) == "3.0 MiB"
+    )
 
 
 def test_fingerprint_hash_over_an_old_fingerprint_keys_reproduces_its_hash(tiny_base):

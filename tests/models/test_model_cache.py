@@ -3,6 +3,7 @@
 A tiny model saved by an injected converter stands in for the ~25 s GGUF conversion; the real cache
 under ~/.cache/anchorlens is never touched (ANCHORLENS_CACHE points into tmp).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -151,7 +152,10 @@ def test_changed_source_rebuilds_as_out_of_date(cache, source, capsys):
     target = ensure_converted(convert=convert, source=source)
     source.write_bytes(b"GGUF another quantization")
     ensure_converted(convert=convert, source=source)
-    assert convert.calls == 2 and "is out of date (its source model.Q4.gguf changed (size)); rebuilding" in capsys.readouterr().err
+    assert (
+        convert.calls == 2
+        and "is out of date (its source model.Q4.gguf changed (size)); rebuilding" in capsys.readouterr().err
+    )
     assert read_record(target)["source"]["size"] == source.stat().st_size
 
 
@@ -249,7 +253,9 @@ def test_embedded_load_failure_on_same_size_damage_rebuilds(cache, source, capsy
     config = target / "config.json"
     config.write_text(config.read_text().replace('"intermediate_size": 128', '"intermediate_size": 129'))
     assert cache_problem(target, source) is None  # valid JSON, same size: only the digest differs
-    monkeypatch.setattr(loading, "ensure_converted", functools.partial(ensure_converted, convert=convert, source=source))
+    monkeypatch.setattr(
+        loading, "ensure_converted", functools.partial(ensure_converted, convert=convert, source=source)
+    )
     base = loading.load_base("smollm2-135m")
     assert convert.calls == 2 and base.provenance()["path"] == str(target)
     assert "(config.json differs from its recorded sha256); rebuilding" in capsys.readouterr().err

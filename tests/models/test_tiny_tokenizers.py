@@ -1,4 +1,5 @@
 """Tiny offline tokenizers: specials per style, determinism, speed and independent copies."""
+
 from __future__ import annotations
 
 import hashlib
@@ -101,9 +102,7 @@ def _fingerprint() -> str:
 
 
 def test_deterministic_across_processes():
-    code = (
-        "from tests.models.test_tiny_tokenizers import _fingerprint; print(_fingerprint())"
-    )
+    code = "from tests.models.test_tiny_tokenizers import _fingerprint; print(_fingerprint())"
     env = dict(os.environ, PYTHONHASHSEED="12345")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True, timeout=120)

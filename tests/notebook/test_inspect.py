@@ -1,4 +1,5 @@
 """inspect(): HF model + tokenizer and PEFT inputs, short text repr, static PNG in the bundle, shared-scale widget."""
+
 from __future__ import annotations
 
 import base64
@@ -41,8 +42,12 @@ def test_peft_prompt_tuning_model_is_accepted():
     assert roles.count(3) == 3  # three soft-prompt positions (Role.SOFT_PROMPT)
     assert "PEFT" in view.checkpoint
     # the soft prompt inserted is PEFT's own prompt embedding
-    torch.testing.assert_close(view.model.guidances[0].prompt.detach().float(),
-                               pm.get_prompt_embedding_to_save("default").float(), atol=0, rtol=0)
+    torch.testing.assert_close(
+        view.model.guidances[0].prompt.detach().float(),
+        pm.get_prompt_embedding_to_save("default").float(),
+        atol=0,
+        rtol=0,
+    )
 
 
 def test_text_repr_is_a_short_summary(base_view):

@@ -1,5 +1,6 @@
 """The widget's inline script, run in node against a DOM stub: it draws every cell with the shared
 scale's colours, masked cells hatched, starts on the layer and head mean, and hides the static image."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,12 @@ def _run(tmp_path, layer: str, head: str, scale: str) -> dict:
     root = re.search(r"<div id='(al-[0-9a-f]+)'", html).group(1)
     script = re.search(r"<script>(.*)</script>", html, re.S).group(1)
     (tmp_path / "w.js").write_text(script)
-    out = subprocess.run([NODE, str(RUNNER), str(tmp_path / "w.js"), root, layer, head, scale],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [NODE, str(RUNNER), str(tmp_path / "w.js"), root, layer, head, scale],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 

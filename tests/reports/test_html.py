@@ -1,4 +1,5 @@
 """report.html: rendered from the jinja2 template, self-contained, dicts as tables, everything escaped."""
+
 from __future__ import annotations
 
 import base64
@@ -42,8 +43,9 @@ def _png() -> bytes:
 
 def _render() -> str:
     grid = pd.DataFrame({"anchor mass": ["0.088 [0.08, 0.09]", "<b>x</b>"]}, index=["base", "prompt:n=10"])
-    return render_report("compare: base vs <instance>", FACTS, grid, [("map of <soft_prompt> ×10", _png())],
-                         notes=["a & b"])
+    return render_report(
+        "compare: base vs <instance>", FACTS, grid, [("map of <soft_prompt> ×10", _png())], notes=["a & b"]
+    )
 
 
 def test_report_is_self_contained_and_has_no_python_reprs():

@@ -1,4 +1,5 @@
 """Templates: parsing, rendering, spans and errors."""
+
 from __future__ import annotations
 
 import pytest

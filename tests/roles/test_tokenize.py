@@ -1,4 +1,5 @@
 """encode(): per-token roles and fields from character offsets, padding, truncation."""
+
 from __future__ import annotations
 
 import re
@@ -19,11 +20,7 @@ RTE = get_task("rte").template
 def _rows(enc: Encoded, b: int = 0) -> list[tuple[str, Role, str]]:
     """(token, role, field) of the valid positions of example ``b``."""
     keep = enc.attention_mask[b].bool().tolist()
-    return [
-        (tok, Role(r), f)
-        for tok, r, f, k in zip(enc.tokens[b], enc.roles[b].tolist(), enc.fields[b], keep)
-        if k
-    ]
+    return [(tok, Role(r), f) for tok, r, f, k in zip(enc.tokens[b], enc.roles[b].tolist(), enc.fields[b], keep) if k]
 
 
 def _clean(token: str) -> str:
@@ -102,7 +99,12 @@ def test_rte_llama_roles_in_order():
     assert ("", "structural", h) in compact  # the lone "\n" token is structural
     i = compact.index(("hypothesis", "structural", h))
     assert compact[i - 2] == (".", "content", "premise")
-    assert compact[-4:] == [(".", "content", "hypothesis"), ("", "structural", a), ("answer", "structural", a), (":", "structural", a)]
+    assert compact[-4:] == [
+        (".", "content", "hypothesis"),
+        ("", "structural", a),
+        ("answer", "structural", a),
+        (":", "structural", a),
+    ]
 
 
 def test_gpt2_style_leading_space_goes_with_the_content_word():

@@ -1,14 +1,15 @@
 """One rank of the 2-process gloo tests (started by test_distributed.py with RANK/WORLD_SIZE set)."""
+
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from anchorlens.analyses import default_reducers
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.runtime import distributed as rt
 from anchorlens.workflows.capture_run import run_capture
-from anchorlens.analyses import default_reducers
 from tests.runtime.synth import SITES, feed, make_items
 
 N_SYNTH = 10

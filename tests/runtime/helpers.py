@@ -1,4 +1,5 @@
 """Subprocess helpers for the runtime tests: free ports, scripts, sorted metric frames."""
+
 from __future__ import annotations
 
 import os
@@ -23,23 +24,41 @@ def free_port() -> int:
 
 def child_env(**extra: str) -> dict[str, str]:
     """Environment for a child python: the repo importable, one thread, quiet progress."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **extra)
     return env
 
 
 def spawn(code: str, **env: str) -> subprocess.Popen:
     """Start ``python -c code`` in the repo root."""
-    return subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=child_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=child_env(**env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def spawn_world(code: str, world: int, **env: str) -> list[subprocess.Popen]:
     """Start ``world`` ranks of ``code`` as a gloo world on 127.0.0.1."""
     port = str(free_port())
     return [
-        spawn(code, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=str(r), LOCAL_RANK=str(r),
-              WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world), **env)
+        spawn(
+            code,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port,
+            RANK=str(r),
+            LOCAL_RANK=str(r),
+            WORLD_SIZE=str(world),
+            LOCAL_WORLD_SIZE=str(world),
+            **env,
+        )
         for r in range(world)
     ]
 

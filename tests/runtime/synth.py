@@ -1,8 +1,9 @@
 """Synthetic per-example attention, batched with left padding into AttentionEvents."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -37,7 +38,9 @@ def make_items(n: int, seed: int, max_len: int = 6, heads: int = HEADS) -> dict[
     return out
 
 
-def batch_event(items: Sequence[Item], ids: Sequence[int], site: tuple[str, int], nan_padding: bool = True) -> AttentionEvent:
+def batch_event(
+    items: Sequence[Item], ids: Sequence[int], site: tuple[str, int], nan_padding: bool = True
+) -> AttentionEvent:
     """Left-pad ``items`` into one event; padding query rows are NaN (reducers must ignore them)."""
     b = len(items)
     h = items[0].probs.shape[0] if items else HEADS
@@ -54,8 +57,15 @@ def batch_event(items: Sequence[Item], ids: Sequence[int], site: tuple[str, int]
             valid[row, t - n :] = True
     visible = valid[:, None, None, :] & torch.ones(t, t, dtype=torch.bool).tril()
     seq = SequenceRoles(roles, valid)
-    return AttentionEvent(site[0], site[1], torch.arange(h), probs, visible, Layout.self_attention(seq),
-                          torch.as_tensor(list(ids), dtype=torch.long))
+    return AttentionEvent(
+        site[0],
+        site[1],
+        torch.arange(h),
+        probs,
+        visible,
+        Layout.self_attention(seq),
+        torch.as_tensor(list(ids), dtype=torch.long),
+    )
 
 
 def feed(reducers, data: dict[tuple[str, int], list[Item]], batches: Sequence[Sequence[int]], sites=SITES) -> None:

@@ -1,4 +1,5 @@
 """2-process gloo runs equal a single process: reducer all-reduce and run_capture."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from anchorlens.analyses import default_reducers
 from anchorlens.capture.selection import Selection
 from anchorlens.runtime import distributed as rt
 from anchorlens.workflows.capture_run import run_capture
-from anchorlens.analyses import default_reducers
 from tests.runtime.dist_worker import N_SYNTH, synthetic_plan
 from tests.runtime.helpers import read_metrics, sorted_frame, spawn_world, wait_all
 from tests.runtime.synth import feed, make_items
@@ -86,8 +87,9 @@ def test_two_process_capture_equals_one_process(two_rank_run, tmp_path):
     out, _ = two_rank_run
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["world_size"] == 2 and not (out / ".progress").exists()
-    single = run_capture("base", "tiny-llama", "rte", None, 12, Selection(), 4, tmp_path / "one", False,
-                         chunk_size=3, progress=False)
+    single = run_capture(
+        "base", "tiny-llama", "rte", None, 12, Selection(), 4, tmp_path / "one", False, chunk_size=3, progress=False
+    )
     got, want = read_metrics(out), read_metrics(single)
     assert len(got) == len(want) > 0 and set(got["example"]) == set(range(12))
     pd.testing.assert_frame_equal(got.drop(columns="value"), want.drop(columns="value"))

@@ -1,4 +1,5 @@
 """Faults around distributed capture: a rank killed mid-run, more ranks than examples, SIGINT then rerun."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,20 @@ N, CHUNK = 8, 2
 
 def capture(out: Path, n: int = N, **kw) -> Path:
     """run_capture on tiny-llama with the test's options."""
-    return run_capture("base", "tiny-llama", "rte", None, n, Selection(layers=(0,)), 2, out, False,
-                       chunk_size=CHUNK, progress=False, **kw)
+    return run_capture(
+        "base",
+        "tiny-llama",
+        "rte",
+        None,
+        n,
+        Selection(layers=(0,)),
+        2,
+        out,
+        False,
+        chunk_size=CHUNK,
+        progress=False,
+        **kw,
+    )
 
 
 def main(out: str, n: int = N, kill_rank: int | None = None, sig: int = signal.SIGKILL) -> None:
@@ -88,7 +101,9 @@ def test_more_ranks_than_examples(tmp_path):
 @pytest.mark.slow
 def test_sigint_during_capture_then_rerun_leaves_no_partial_out_or_temp_dirs(tmp_path):
     out = tmp_path / "out"
-    proc = spawn(f"from tests.runtime.test_faults import main; main({str(out)!r}, kill_rank=0, sig={int(signal.SIGINT)})")
+    proc = spawn(
+        f"from tests.runtime.test_faults import main; main({str(out)!r}, kill_rank=0, sig={int(signal.SIGINT)})"
+    )
     output, _ = proc.communicate(timeout=180)
     assert proc.returncode != 0 and "KeyboardInterrupt" in output
     assert not (out / "manifest.json").exists() and not (out / "metrics.parquet").exists()

@@ -1,4 +1,5 @@
 """Property tests: reducer results do not depend on batching, order or shard splits; values stay in range."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +8,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from anchorlens.analyses import default_reducers
 from anchorlens.runtime.codec import pack_state, unpack_state
 from anchorlens.runtime.distributed import merged_states
 from anchorlens.runtime.shards import Progress
-from anchorlens.analyses import default_reducers
 from tests.runtime.helpers import sorted_frame
 from tests.runtime.synth import batch_event, feed, make_items
 
@@ -132,8 +133,11 @@ def test_progress_shard_round_trip(tmp_path):
 
 
 def test_codec_keeps_dtypes_shapes_and_plain_values():
-    state = {"a": torch.arange(6, dtype=torch.int32).view(2, 3), "b": [torch.zeros(0, 4), None, 1.5, "x"],
-             "c": (torch.tensor([True, False]), torch.tensor(2.0, dtype=torch.bfloat16))}
+    state = {
+        "a": torch.arange(6, dtype=torch.int32).view(2, 3),
+        "b": [torch.zeros(0, 4), None, 1.5, "x"],
+        "c": (torch.tensor([True, False]), torch.tensor(2.0, dtype=torch.bfloat16)),
+    }
     back = unpack_state(torch.cat([pack_state(state), torch.zeros(5, dtype=torch.uint8)]))
     assert torch.equal(back["a"], state["a"]) and back["a"].dtype == torch.int32
     assert back["b"][0].shape == (0, 4) and back["b"][1:] == [None, 1.5, "x"]

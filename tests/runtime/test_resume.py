@@ -1,4 +1,5 @@
 """Resumable capture runs: kill and resume, refusal to overwrite, run-key checks."""
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,27 @@ N, BATCH, CHUNK = 12, 2, 2
 def capture(out: Path, force: bool = False, **kw) -> Path:
     """run_capture on tiny-llama with the test's fixed options."""
     kw.setdefault("n", N)
-    return run_capture("base", "tiny-llama", "rte", None, kw.pop("n"), Selection(), BATCH, out, force,
-                       chunk_size=CHUNK, progress=False, **kw)
+    return run_capture(
+        "base",
+        "tiny-llama",
+        "rte",
+        None,
+        kw.pop("n"),
+        Selection(),
+        BATCH,
+        out,
+        force,
+        chunk_size=CHUNK,
+        progress=False,
+        **kw,
+    )
 
 
 def snapshot(out: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under ``out`` with its bytes and mtime."""
-    return {str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(out)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(out.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +63,7 @@ def count_computed(monkeypatch) -> list[int]:
             for b in batches:
                 seen.extend(b.example_ids.tolist())
                 yield b
+
         return real(model, tap(), reducers, selection, progress=progress)
 
     monkeypatch.setattr(capture_run, "stream_statistics", counting)
@@ -56,17 +72,21 @@ def count_computed(monkeypatch) -> list[int]:
 
 def kill_after_chunk(out: Path, chunk: int, sig: int = signal.SIGKILL) -> None:
     """(Subprocess) capture into ``out`` and send ``sig`` to itself once ``chunk`` is saved."""
+
     def die(saved: int) -> None:
         if saved == chunk:
             os.kill(os.getpid(), sig)
             time.sleep(5)  # the signal arrives
+
     capture(out, on_chunk_saved=die)
 
 
 def test_kill_and_resume_equals_uninterrupted(tmp_path, uninterrupted, monkeypatch):
     out = tmp_path / "out"
-    proc = spawn(f"from tests.runtime.test_resume import kill_after_chunk; from pathlib import Path; "
-                 f"kill_after_chunk(Path({str(out)!r}), 1)")
+    proc = spawn(
+        f"from tests.runtime.test_resume import kill_after_chunk; from pathlib import Path; "
+        f"kill_after_chunk(Path({str(out)!r}), 1)"
+    )
     proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGKILL
     progress = out / ".progress"

@@ -1,4 +1,5 @@
 """load_examples(): SuperGLUE/FewGLUE jsonl reading and one-line errors naming file:line."""
+
 from __future__ import annotations
 
 import json
@@ -47,7 +48,10 @@ def _error(path: Path, task: str = "rte", **kw) -> str:
 def test_loads_rows_with_labels_and_default_idx(tmp_path):
     path = _write(tmp_path, [_row(idx=5), "", _row(label="not_entailment")])
     rows = load_examples(path, "RTE")
-    assert [(r["idx"], r["label"], r["labelled"]) for r in rows] == [(5, "entailment", True), (1, "not_entailment", True)]
+    assert [(r["idx"], r["label"], r["labelled"]) for r in rows] == [
+        (5, "entailment", True),
+        (1, "not_entailment", True),
+    ]
     assert load_examples(path, get_task("rte"), limit=1) == rows[:1]
 
 
@@ -70,7 +74,11 @@ def test_missing_field(tmp_path):
 def test_label_not_in_task_labels(tmp_path):
     path = _write(tmp_path, [_row(label="maybe")])
     assert _error(path) == f"{path}:1: label 'maybe' is not one of ('entailment', 'not_entailment') for task rte"
-    copa = _write(tmp_path, [json.dumps({"premise": "p", "choice1": "a", "choice2": "b", "question": "cause", "label": True})], "copa.jsonl")
+    copa = _write(
+        tmp_path,
+        [json.dumps({"premise": "p", "choice1": "a", "choice2": "b", "question": "cause", "label": True})],
+        "copa.jsonl",
+    )
     assert _error(copa, "copa") == f"{copa}:1: label True is not one of (0, 1) for task copa"
 
 
@@ -118,12 +126,19 @@ def test_unlabelled_rows_are_allowed_but_flagged(tmp_path):
     rows = load_examples(path, "rte")
     assert rows[1]["label"] is None and rows[1]["labelled"] is False
     assert count_unlabelled(rows) == 1
-    assert _error(path, require_labels=True) == (f"{path}:2: missing field 'label' for task rte; evaluation and "
-                                                 "training need labelled examples (use a labelled split)")
+    assert _error(path, require_labels=True) == (
+        f"{path}:2: missing field 'label' for task rte; evaluation and "
+        "training need labelled examples (use a labelled split)"
+    )
 
 
 def test_nested_wsc_fields_are_flattened(tmp_path):
-    row = {"text": "Tom hit it.", "target": {"span1_text": "Tom", "span2_text": "it", "span1_index": 0}, "label": False, "idx": 3}
+    row = {
+        "text": "Tom hit it.",
+        "target": {"span1_text": "Tom", "span2_text": "it", "span1_index": 0},
+        "label": False,
+        "idx": 3,
+    }
     path = _write(tmp_path, [json.dumps(row)])
     (ex,) = load_examples(path, "wsc")
     assert ex["target.span1_text"] == "Tom" and ex["target.span1_index"] == 0
@@ -138,7 +153,11 @@ def test_multirc_rows_flatten_to_answers(tmp_path):
         "passage": {
             "text": "P.",
             "questions": [
-                {"question": "Q1?", "idx": 0, "answers": [{"text": "a", "idx": 0, "label": 1}, {"text": "b", "idx": 1, "label": 0}]},
+                {
+                    "question": "Q1?",
+                    "idx": 0,
+                    "answers": [{"text": "a", "idx": 0, "label": 1}, {"text": "b", "idx": 1, "label": 0}],
+                },
                 {"question": "Q2?", "idx": 1, "answers": [{"text": "c", "idx": 2, "label": 2}]},
             ],
         },

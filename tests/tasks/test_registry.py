@@ -1,4 +1,5 @@
 """Task registry: the seven SuperGLUE tasks, lookups, labels and bundled examples."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -104,7 +105,11 @@ def test_expand_multirc_one_example_per_answer():
         "passage": {
             "text": "Some passage.",
             "questions": [
-                {"question": "Q1?", "idx": 10, "answers": [{"text": "a", "idx": 100, "label": 1}, {"text": "b", "idx": 101, "label": 0}]},
+                {
+                    "question": "Q1?",
+                    "idx": 10,
+                    "answers": [{"text": "a", "idx": 100, "label": 1}, {"text": "b", "idx": 101, "label": 0}],
+                },
                 {"question": "Q2?", "idx": 11, "answers": [{"text": "c", "idx": 102}]},
             ],
         },

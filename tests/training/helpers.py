@@ -1,4 +1,5 @@
 """Small shared pieces for the training tests."""
+
 from __future__ import annotations
 
 import torch

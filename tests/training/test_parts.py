@@ -1,4 +1,5 @@
 """Data order, splits, optimizer state round trips and the no-pickle rule."""
+
 from __future__ import annotations
 
 import re
@@ -33,7 +34,7 @@ def test_split_is_seeded_and_keeps_multirc_questions_whole():
 
 def _step(opt, params):
     opt.zero_grad()
-    sum((p ** 2).sum() for p in params).backward()
+    sum((p**2).sum() for p in params).backward()
     opt.step()
 
 

@@ -1,4 +1,5 @@
 """The train workflow scores the held-out set once (with a bar), its metrics are those of ``final``, one default lr."""
+
 from __future__ import annotations
 
 import inspect
@@ -31,8 +32,9 @@ def test_held_out_set_is_scored_once_at_the_end_with_a_bar(tiny_base, tmp_path, 
     monkeypatch.setattr(trainer_module, "predict", counting)
     monkeypatch.setattr(train_module, "predict", counting)
     base = tiny_base("tiny-llama")
-    run = train_module.train("prompt:n=2", "rte", base=base, steps=4, out=tmp_path / "run", eval_every=eval_every,
-                             progress=True, **FAST)
+    run = train_module.train(
+        "prompt:n=2", "rte", base=base, steps=4, out=tmp_path / "run", eval_every=eval_every, progress=True, **FAST
+    )
     evals = 4 // eval_every if eval_every else 1
     assert len(calls) == evals  # was evals + 1: the workflow scored the held-out set again
     assert calls[-1] is True and not any(calls[:-1])  # the final scoring shows a bar

@@ -1,4 +1,5 @@
 """The trainer: loss goes down, only guidance trains, checkpoints reload, resume is exact."""
+
 from __future__ import annotations
 
 import json
@@ -55,16 +56,26 @@ def _crash_at(step: int):
 def test_kill_and_resume_equals_an_uninterrupted_run(optimizer, tiny_base, tmp_path):
     base = tiny_base("tiny-llama")
     data, held = rte(10), rte(14)[10:]
-    cfg = config(steps=6, batch_size=4, grad_accum=2, optimizer=optimizer, eval_every=2, save_every=3,
-                 keep_best=optimizer == "adamw")
-    straight = Trainer(guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "a",
-                       progress=False).fit()
+    cfg = config(
+        steps=6,
+        batch_size=4,
+        grad_accum=2,
+        optimizer=optimizer,
+        eval_every=2,
+        save_every=3,
+        keep_best=optimizer == "adamw",
+    )
+    straight = Trainer(
+        guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "a", progress=False
+    ).fit()
     with pytest.raises(Crash):
-        Trainer(guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "b",
-                progress=False).fit(on_step=_crash_at(4))
+        Trainer(guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "b", progress=False).fit(
+            on_step=_crash_at(4)
+        )
     assert [s for s, _ in step_checkpoints(tmp_path / "b")] == [3]
-    resumed = Trainer(guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "b",
-                      progress=False).fit(resume=True)
+    resumed = Trainer(
+        guided(base, "capsule:fusion=project"), "rte", data, held, cfg, out=tmp_path / "b", progress=False
+    ).fit(resume=True)
     assert resumed.state.step == 6
     assert same_state(straight.guided, resumed.guided)
     assert straight.state.history == resumed.state.history
@@ -77,17 +88,30 @@ def test_resume_refuses_changed_settings(tiny_base, tmp_path):
     from anchorlens.errors import UsageError
 
     with pytest.raises(UsageError, match="lr"):
-        Trainer(guided(base), "rte", rte(8), None, config(steps=4, lr=0.1), out=tmp_path, progress=False).fit(resume=True)
+        Trainer(guided(base), "rte", rte(8), None, config(steps=4, lr=0.1), out=tmp_path, progress=False).fit(
+            resume=True
+        )
 
 
 def test_step_checkpoint_files_are_safetensors_and_json(tiny_base, tmp_path):
     base = tiny_base("tiny-llama")
-    Trainer(guided(base), "rte", rte(8), None, config(steps=3, save_every=1, keep_checkpoints=2), out=tmp_path,
-            progress=False).fit()
+    Trainer(
+        guided(base),
+        "rte",
+        rte(8),
+        None,
+        config(steps=3, save_every=1, keep_checkpoints=2),
+        out=tmp_path,
+        progress=False,
+    ).fit()
     assert [s for s, _ in step_checkpoints(tmp_path)] == [2, 3]
     last = latest_checkpoint(tmp_path)
     assert sorted(p.name for p in last.iterdir()) == [
-        "anchorlens.json", "guidance.safetensors", "trainer_state.json", "trainer_state.safetensors"]
+        "anchorlens.json",
+        "guidance.safetensors",
+        "trainer_state.json",
+        "trainer_state.safetensors",
+    ]
     facts = json.loads((last / "trainer_state.json").read_text())
     assert facts["state"]["step"] == 3 and facts["optimizer"]["param_groups"][0]["lr"] == 3e-3
     assert not list(tmp_path.rglob(".*"))  # no temp leftovers

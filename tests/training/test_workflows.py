@@ -1,4 +1,5 @@
 """The train workflow's run dir, resume and refusal rules, spec defaults, and the sweeps."""
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,19 @@ def test_train_writes_a_run_dir_and_the_final_checkpoint_evaluates(tiny_base, tm
     base = tiny_base("tiny-llama")
     run = train("capsule", "rte", base=base, steps=4, out=tmp_path / "run", **FAST)
     out = tmp_path / "run"
-    assert {p.name for p in out.iterdir()} >= {"checkpoints", "final", "history.csv", "metrics.json", "summary.json",
-                                               "manifest.json"}
+    assert {p.name for p in out.iterdir()} >= {
+        "checkpoints",
+        "final",
+        "history.csv",
+        "metrics.json",
+        "summary.json",
+        "manifest.json",
+    }
     meta = json.loads((out / "final" / "anchorlens.json").read_text())
     assert meta["task"] == "rte" and meta["training"]["steps"] == 4
-    assert {"wall_time_s", "time_per_step_s", "peak_rss_mb", "best_eval_accuracy", "num_trainable"} <= set(meta["training"])
+    assert {"wall_time_s", "time_per_step_s", "peak_rss_mb", "best_eval_accuracy", "num_trainable"} <= set(
+        meta["training"]
+    )
     assert len(pd.read_csv(out / "history.csv")) == 4
     assert run.metrics["n"] == 3  # 10% of the 24 bundled examples
     ev = evaluate(str(out / "final"), "rte", n=4, base=base)
@@ -56,7 +65,11 @@ def test_sweeps_on_a_tiny_base(tiny_base):
     base = tiny_base("tiny-llama")
     inst = sweep_instance("base", "rte", k=(0, 1), positions=("first", "last"), base=base, n=6)
     assert list(inst[["k", "position"]].itertuples(index=False, name=None)) == [
-        (0, "first"), (0, "last"), (1, "first"), (1, "last")]
+        (0, "first"),
+        (0, "last"),
+        (1, "first"),
+        (1, "last"),
+    ]
     assert inst.loc[0, "accuracy"] == inst.loc[1, "accuracy"]  # k=0 is the spec alone
     lengths = sweep_length("prompt", (1, 3), "rte", base=base, steps=1, n=10, **{**FAST, "eval_every": 0})
     assert list(lengths["length"]) == [1, 3] and list(lengths["num_trainable"]) == [64, 192]

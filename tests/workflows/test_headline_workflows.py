@@ -1,4 +1,5 @@
 """Workflows read the headline from analyses.headline: decomposition, mask-fixed values, no duplicates."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,7 +32,9 @@ def test_positions_writes_each_row_once(tiny_base):
     assert s.loc[("first", "anchor_structural"), "fixed"].startswith("fixed by the causal mask")
     assert np.isnan(s.loc[("first", "anchor_structural"), "mean"])
     assert s.loc[("last", "anchor_mass"), "fixed"].startswith("fixed by the causal mask")
-    assert s.loc[("last", "anchor_structural"), "fixed"] == "" and np.isfinite(s.loc[("last", "anchor_structural"), "mean"])
+    assert s.loc[("last", "anchor_structural"), "fixed"] == "" and np.isfinite(
+        s.loc[("last", "anchor_structural"), "mean"]
+    )
     assert s.loc[("first", "anchor_mass"), "fixed"] == "" and 0 < s.loc[("first", "anchor_mass"), "mean"] < 1
 
 

@@ -1,4 +1,5 @@
 """`anchorlens reproduce`: the smoke plan runs, writes every table, and resumes from its cell cache."""
+
 from __future__ import annotations
 
 import json

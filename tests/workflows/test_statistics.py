@@ -1,4 +1,5 @@
 """Streaming metrics on a tiny model equal the same metrics computed by hand from full maps."""
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,14 @@ def measured(tiny_base):
 
 
 def _value(df, metric, example, layer, head, q, k=""):
-    row = df[(df.metric == metric) & (df.example == example) & (df.layer == layer) & (df["head"] == head)
-             & (df.query_role == q) & (df.key_role == k)]
+    row = df[
+        (df.metric == metric)
+        & (df.example == example)
+        & (df.layer == layer)
+        & (df["head"] == head)
+        & (df.query_role == q)
+        & (df.key_role == k)
+    ]
     assert len(row) == 1, (metric, q, k, len(row))
     return float(row.value.iloc[0])
 
@@ -41,15 +48,21 @@ def test_role_flow_first_token_and_entropy_match_hand_computation(measured):
             for head in (0, 2):
                 p = sm.probs[sm.layers.index(layer), sm.heads.index(head)].double()  # [Q, K]
                 flow = p[content][:, structural_keys].sum(-1).mean().item()
-                assert _value(metrics, "role_flow", example, layer, head, "content", "structural") == pytest.approx(flow, abs=1e-6)
+                assert _value(metrics, "role_flow", example, layer, head, "content", "structural") == pytest.approx(
+                    flow, abs=1e-6
+                )
                 first = p[content][:, 0].mean().item()
-                assert _value(metrics, "first_token_mass", example, layer, head, "content") == pytest.approx(first, abs=1e-6)
+                assert _value(metrics, "first_token_mass", example, layer, head, "content") == pytest.approx(
+                    first, abs=1e-6
+                )
                 ent = []
                 for q in range(p.shape[0]):
                     row = p[q, : q + 1]
                     h = -(row * row.clamp_min(1e-300).log()).sum().item()
                     ent.append(0.0 if q == 0 else h / math.log(q + 1))
-                assert _value(metrics, "entropy", example, layer, head, "all") == pytest.approx(sum(ent) / len(ent), abs=1e-5)
+                assert _value(metrics, "entropy", example, layer, head, "all") == pytest.approx(
+                    sum(ent) / len(ent), abs=1e-5
+                )
 
 
 def test_anchor_mass_to_instance_pools_input_queries(measured):

@@ -3,6 +3,7 @@
 Decoder-only families are rows of data (``families.DECODER_LAYOUTS``) served by one
 ``DecoderAdapter``; encoders (BERT) and encoder-decoders (T5) are their own modules.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
@@ -49,4 +50,13 @@ def adapter_for(model_type_or_config: str | Mapping[str, Any] | Any) -> ArchAdap
     return adapter
 
 
-__all__ = ["ADAPTERS", "FAMILIES", "ArchAdapter", "BertAdapter", "DecoderAdapter", "DecoderLayout", "T5Adapter", "adapter_for"]
+__all__ = [
+    "ADAPTERS",
+    "FAMILIES",
+    "ArchAdapter",
+    "BertAdapter",
+    "DecoderAdapter",
+    "DecoderLayout",
+    "T5Adapter",
+    "adapter_for",
+]

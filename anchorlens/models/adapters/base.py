@@ -1,4 +1,5 @@
 """The architecture adapter: the one place that knows where an architecture keeps things."""
+
 from __future__ import annotations
 
 import torch
@@ -65,8 +66,10 @@ class ArchAdapter:
 
     def forward(self, model: torch.nn.Module, batch: Encoded, **kwargs):
         """Run the HF model on ``batch`` without a cache."""
-        return model(**self.model_inputs(batch), use_cache=False, **kwargs) if self.causal else model(
-            **self.model_inputs(batch), **kwargs
+        return (
+            model(**self.model_inputs(batch), use_cache=False, **kwargs)
+            if self.causal
+            else model(**self.model_inputs(batch), **kwargs)
         )
 
     # ------------------------------------------------------------------ guidance mechanics
@@ -93,7 +96,9 @@ class ArchAdapter:
     ):
         """Run the model from input embeddings [B, T', d] and their 2D mask [B, P+T'] (P: cache length)."""
         if cache is not None:
-            return model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache, use_cache=True, **kwargs)
+            return model(
+                inputs_embeds=inputs_embeds, attention_mask=attention_mask, cache=cache, use_cache=True, **kwargs
+            )
         return model(inputs_embeds=inputs_embeds, attention_mask=attention_mask, use_cache=False, **kwargs)
 
     def kv_geometry(self, model: torch.nn.Module) -> tuple[int, int, int]:

@@ -1,4 +1,5 @@
 """Adapter for BERT-style bidirectional encoders."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -11,6 +11,7 @@ model and its config, never guessed:
   ``config.layer_types``), exactly as ``transformers.masking_utils`` builds it for a T+N input;
 - position ids (``Splice.positions``), shifted like a concatenated input's.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -44,7 +45,14 @@ class DecoderLayout:
     attention: str = "self_attn"
     rotary: str | None = "model.rotary_emb"
     rotary_by_layer_type: bool = False
-    block_args: tuple[str, ...] = ("hidden_states", "attention_mask", "position_ids", "cache", "use_cache", "position_embeddings")
+    block_args: tuple[str, ...] = (
+        "hidden_states",
+        "attention_mask",
+        "position_ids",
+        "cache",
+        "use_cache",
+        "position_embeddings",
+    )
     refuse: tuple[tuple[str, object, str], ...] = ()
 
 
@@ -94,7 +102,9 @@ class DecoderAdapter(ArchAdapter):
         for attr, value, why in self.layout.refuse:
             setting = config.get(attr) if isinstance(config, Mapping) else getattr(config, attr, None)
             if setting == value:
-                raise UsageError(f"{self.family} with {attr}={value!r} ({why}) cannot be captured exactly; use a causal {self.family} model")
+                raise UsageError(
+                    f"{self.family} with {attr}={value!r} ({why}) cannot be captured exactly; use a causal {self.family} model"
+                )
 
     def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
         """Decoder blocks at the layout's ``layers`` path."""
@@ -120,7 +130,9 @@ class DecoderAdapter(ArchAdapter):
         windows = self.windows(model)
         if layer is None:
             if len(set(windows)) > 1:
-                raise TypeError(f"{self.family} has sliding and global layers: splice_block_inputs needs the layer index")
+                raise TypeError(
+                    f"{self.family} has sliding and global layers: splice_block_inputs needs the layer index"
+                )
             return windows[0]
         return windows[layer]
 
@@ -141,7 +153,10 @@ class DecoderAdapter(ArchAdapter):
         if window is not None:
             key = ("window", id(splice), id(old_mask), window)
             if key not in memo:
-                memo[key] = (old_mask, self._window_mask(self.get_arg(args, kwargs, "attention_mask"), splice, valid, window))
+                memo[key] = (
+                    old_mask,
+                    self._window_mask(self.get_arg(args, kwargs, "attention_mask"), splice, valid, window),
+                )
             args, kwargs = self.set_arg(args, kwargs, "attention_mask", memo[key][1])
         if self.layout.rotary is None:
             return args, kwargs
@@ -153,7 +168,9 @@ class DecoderAdapter(ArchAdapter):
             memo[rope_key] = rotary(hidden, pos) if layer_type is None else rotary(hidden, pos, layer_type)
         return self.set_arg(args, kwargs, "position_embeddings", memo[rope_key])
 
-    def _window_mask(self, mask: torch.Tensor | None, splice: Splice, valid: torch.Tensor, window: int) -> torch.Tensor | None:
+    def _window_mask(
+        self, mask: torch.Tensor | None, splice: Splice, valid: torch.Tensor, window: int
+    ) -> torch.Tensor | None:
         """The spliced mask [B, 1, T+N, P+T+N] with the sliding band; None stays None while T+N < window.
 
         None (no padding, no prefix) is plain causal attention: transformers leaves it None only

@@ -1,4 +1,5 @@
 """An attention call site: which stack and which layer an attention module serves."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ copies an old position or takes one of N new vectors (a "slot"). Insertion point
 example (left/right padding, positions resolved per example). The same object moves hidden
 states, roles, masks and position ids, so they cannot disagree.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

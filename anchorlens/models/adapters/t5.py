@@ -1,4 +1,5 @@
 """Adapter for T5 encoder-decoder models (relative position bias; three attention stacks)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -48,7 +49,9 @@ class T5Adapter(ArchAdapter):
     def model_inputs(self, batch: Encoded) -> dict[str, torch.Tensor]:
         """Encoder inputs plus decoder inputs (the batch's target side)."""
         if batch.target_ids is None:
-            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
+            raise UsageError(
+                "a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)"
+            )
         return {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
@@ -67,9 +70,13 @@ class T5Adapter(ArchAdapter):
     def forward_embeds(self, model, batch: Encoded, inputs_embeds, attention_mask, cache=None, **kwargs):
         """Encoder from embeddings [B, T', d] and mask [B, T']; decoder from the batch's target ids."""
         if cache is not None:
-            raise UsageError("T5 takes no key-only prefix cache in anchorlens: use prefix tuning on a decoder-only base")
+            raise UsageError(
+                "T5 takes no key-only prefix cache in anchorlens: use prefix tuning on a decoder-only base"
+            )
         if batch.target_ids is None:
-            raise UsageError("a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)")
+            raise UsageError(
+                "a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)"
+            )
         return model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
