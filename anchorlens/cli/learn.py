@@ -132,6 +132,7 @@ def evaluate(
             out=claim,
             force=output.force,
             progress=True,
+            allow_other_base=model.allow_other_base,
         )
     finally:
         if claim is not None:

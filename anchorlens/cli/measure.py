@@ -95,6 +95,7 @@ def _compare(
         with stage(f"comparing {len(ckpt)} checkpoints", enabled=rt.is_main()):
             result = run_compare(
                 ckpt,
+                allow_other_base=model.allow_other_base,
                 base=model.base,
                 task=data.task,
                 data=data.data,
@@ -169,6 +170,7 @@ def positions(
             sweep = sweep_positions(
                 ckpt,
                 positions,
+                allow_other_base=model.allow_other_base,
                 base=model.base,
                 task=data.task,
                 data=data.data,
@@ -223,6 +225,7 @@ def capture(
         dtype=model.dtype,
         max_length=data.max_length,
         device=model.device,
+        allow_other_base=model.allow_other_base,
     )
     if is_main():
         typer.echo(f"wrote {path}/metrics.parquet", err=True)
@@ -241,7 +244,7 @@ def params(
     total = shared.num_parameters()
     typer.echo(f"{model.base}: {total:,} parameters")
     for spec in ckpt:
-        guided = load_guided(spec, base=shared)
+        guided = load_guided(spec, base=shared, allow_other_base=model.allow_other_base)
         rows = guided.parameter_report()
         trainable = sum(r["trainable"] for r in rows)
         detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"

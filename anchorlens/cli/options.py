@@ -57,7 +57,9 @@ class ModelOptions:
     base: Annotated[
         str,
         typer.Option(
-            "--base", help="Base model: smollm2-135m (embedded), tiny-llama/-qwen2/-gpt2/-bert/-t5, or a local HF dir."
+            "--base",
+            help="Base model: smollm2-135m (embedded), a hub id ORG/NAME[@REVISION] (HF cache; offline with "
+            "HF_HUB_OFFLINE=1), a local HF dir, or tiny-<family> (random, for tests).",
         ),
     ] = DEFAULT_BASE
     dtype: Annotated[
@@ -67,6 +69,13 @@ class ModelOptions:
         str | None,
         typer.Option("--device", help="cpu (default), cuda:0, or auto (spread a large base over the node's GPUs)."),
     ] = None
+    allow_other_base: Annotated[
+        bool,
+        typer.Option(
+            "--allow-other-base",
+            help="Load checkpoints trained on another base (other architecture or weights) anyway; the run records it.",
+        ),
+    ] = False
 
     @property
     def custom_placement(self) -> bool:

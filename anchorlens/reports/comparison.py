@@ -111,6 +111,19 @@ def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
     return path
 
 
+def other_base_warnings(facts: dict) -> list[str]:
+    """One summary line per checkpoint loaded with --allow-other-base on a base other than its own."""
+    lines = []
+    for name, records in facts.get("other_base", {}).items():
+        for r in records:
+            lines.append(
+                f"Warning: {name} ({r['source']}) was trained on {r['recorded']['spec']!r} "
+                f"(model_type {r['recorded'].get('model_type')}) and is measured here on "
+                f"{r['base']['spec']!r} (--allow-other-base)."
+            )
+    return [*lines, ""] if lines else []
+
+
 def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
@@ -130,8 +143,9 @@ def write_comparison(
             f"# {title}",
             "",
             f"Task {result.facts['task']}, {result.facts['examples']} examples from "
-            f"{result.facts['source']}, base {result.facts['base']}.",
+            f"{result.facts['source']}, base {result.facts['base']} (every checkpoint runs on this one base).",
             "",
+            *other_base_warnings(result.facts),
             "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
             f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.",
             "",
@@ -144,7 +158,13 @@ def write_comparison(
         ]
         (tmp / "summary.md").write_text("\n".join(md))
         (tmp / "report.html").write_text(
-            render_report(title, facts, grid, rendered, [DECOMPOSITION_NOTE, *fixed_notes(result.headline)])
+            render_report(
+                title,
+                facts,
+                grid,
+                rendered,
+                [*other_base_warnings(result.facts)[:-1], DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
+            )
         )
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
         digest = examples_digest(result.inputs.examples) if result.inputs is not None else facts.get("data_digest")

@@ -147,6 +147,7 @@ def run_capture(
     seed: int = 0,
     backend: str | None = None,
     device: str | None = None,
+    allow_other_base: bool = False,
     on_chunk_saved: Callable[[int], None] | None = None,
 ) -> Path:
     """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable).
@@ -168,7 +169,7 @@ def run_capture(
         from anchorlens.models.loading import load_base
 
         torch.manual_seed(seed)
-        model = load_guided(ckpt, load_base(base, dtype=dtype, device=device))
+        model = load_guided(ckpt, load_base(base, dtype=dtype, device=device), allow_other_base=allow_other_base)
         check_selection(model, selection)  # out-of-range --layers/--heads: one line before any work
         base_obj = model.base
         anchors = model.anchors()

@@ -73,15 +73,22 @@ def compare(
     device: str | None = None,
     progress: bool = False,
     n_boot: int = 2000,
+    allow_other_base: bool = False,
 ) -> Comparison:
-    """Measure every checkpoint on the same inputs; the first checkpoint is the paired baseline."""
+    """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
+
+    ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``).
+    """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
     inputs = resolve_inputs(task, data, n)
     if not 0 <= map_example < len(inputs.examples):
         raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
     shared = load_base(base, dtype=dtype, device=device)
-    models = {name: load_guided(spec, shared) for name, spec in zip(checkpoint_names(ckpts), ckpts)}
+    models = {
+        name: load_guided(spec, shared, allow_other_base=allow_other_base)
+        for name, spec in zip(checkpoint_names(ckpts), ckpts)
+    }
     for model in models.values():
         check_selection(model, selection)
         validate_positions(model, inputs, batch_size)
@@ -111,6 +118,9 @@ def compare(
         "examples": len(inputs.examples),
         "map_example": map_example,
     }
+    other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
+    if other:
+        facts["other_base"] = other
     return Comparison(names, inputs, metrics, headline, paired, maps, facts)
 
 

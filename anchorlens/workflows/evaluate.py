@@ -37,6 +37,7 @@ def evaluate(
     out: str | Path | OutClaim | None = None,
     force: bool = False,
     progress: bool = False,
+    allow_other_base: bool = False,
 ) -> EvalResult:
     """Predict every example of ``data`` (or the bundled set) and compute the task's metrics; write them to ``out``.
 
@@ -76,7 +77,7 @@ def _evaluate(
 ) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
     inputs = resolve_inputs(task, data, n, need_labels=True)
-    model = load_guided(spec_or_model, base)
+    model = load_guided(spec_or_model, base, allow_other_base=allow_other_base)
     preds = predict(
         model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress
     )

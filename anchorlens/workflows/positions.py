@@ -74,11 +74,12 @@ def sweep_positions(
     batch_size: int = 8,
     dtype: str | None = None,
     device: str | None = None,
+    allow_other_base: bool = False,
 ) -> PositionSweep:
     """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n)
-    model = load_guided(spec, load_base(base, dtype=dtype, device=device))
+    model = load_guided(spec, load_base(base, dtype=dtype, device=device), allow_other_base=allow_other_base)
     check_selection(model, selection)
     anchor = ""
     for position in positions:
