@@ -44,9 +44,11 @@ def evaluate(
     ``out`` (a path or an :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed.
     """
     if out is None:
-        return _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress)[0]
+        return _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress, allow_other_base)[0]
     with claimed(out, kind="evaluate", force=force) as claim:
-        result, model, inputs = _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress)
+        result, model, inputs = _evaluate(
+            spec_or_model, task, data, n, base, batch_size, max_length, progress, allow_other_base
+        )
         with claim.atomic() as tmp:
             result.predictions.to_csv(tmp / "predictions.csv", index=False)
             write_json(tmp / "metrics.json", result.metrics)
@@ -74,6 +76,7 @@ def _evaluate(
     batch_size: int,
     max_length: int | None,
     progress: bool,
+    allow_other_base: bool,
 ) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
     inputs = resolve_inputs(task, data, n, need_labels=True)
