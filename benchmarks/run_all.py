@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["bench_capture.py", "bench_training.py", "bench_distributed.py", "bench_compare.py"]
+BENCHMARKS = [
+    "bench_peers.py",
+    "bench_capture.py",
+    "bench_long_inputs.py",
+    "bench_statistics.py",
+    "bench_training.py",
+    "bench_distributed.py",
+    "bench_compare.py",
+]
 
 
 def main() -> int:

@@ -145,4 +145,4 @@ def test_t5_trains_through_its_decoder_targets(tiny_base):
     data = rte(8)
     before = dataset_loss(model, data, "rte")
     result = Trainer(model, "rte", data, None, config(steps=3, batch_size=8, lr=0.01), progress=False).fit()
-    assert result.state.step == 3 and dataset_loss(result.guided, data, "rte") != before
+    assert result.state.step == 3 and dataset_loss(result.guided, data, "rte") < before  # it learned
