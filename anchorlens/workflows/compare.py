@@ -111,6 +111,7 @@ def compare(
     facts = {
         "base": base,
         "base_fingerprint": shared.fingerprint(),
+        "base_provenance": shared.provenance(),
         "base_parameters": shared.num_parameters(),
         "trainable_parameters": params,
         "task": inputs.task.name,

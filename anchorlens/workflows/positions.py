@@ -98,6 +98,7 @@ def sweep_positions(
     facts = {
         "spec": spec,
         "base": base,
+        "base_provenance": model.base.provenance(),
         "task": inputs.task.name,
         "source": inputs.source,
         "examples": len(inputs.examples),

@@ -237,3 +237,30 @@ def test_too_large_hub_base_is_refused_from_its_config_alone(offline):
     ):
         load_base("acme/config-only", device="cuda:1", available_memory=no_room)
     assert asked == ["cuda:1"]
+
+
+def test_every_command_takes_a_hub_id_and_its_manifest_names_the_commit(offline, tmp_path):
+    """capture, compare, train, evaluate and inspect with ``--base acme/tiny-llama@v0.1`` from the offline cache."""
+    from typer.testing import CliRunner
+
+    import anchorlens as al
+    from anchorlens.cli import app
+
+    base = "acme/tiny-llama@v0.1"
+    runner = CliRunner()
+    runs = {
+        "capture": ["capture", "--ckpt", "instance", "--n", "2", "--no-progress"],
+        "compare": ["compare", "--ckpt", "base", "--ckpt", "instance", "--n", "2", "--no-figures"],
+        "train": ["train", "--method", "capsule", "--steps", "1", "--n", "12", "--eval-every", "1"],
+        "evaluate": ["evaluate", "--ckpt", "capsule", "--n", "2"],
+    }
+    for name, args in runs.items():
+        out = tmp_path / name
+        result = runner.invoke(app, [*args, "--base", base, "--out", str(out)])
+        assert result.exit_code == 0, (name, result.output)
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert json.dumps(manifest).count(TAGGED) >= 1, (name, manifest)  # the resolved commit is recorded
+    saved = json.loads((tmp_path / "train" / "final" / "anchorlens.json").read_text())
+    assert saved["base"]["spec"] == f"acme/tiny-llama@{TAGGED}"  # the checkpoint pins the exact weights
+    view = al.inspect("instance", "A cat sat on the mat.", base=base)
+    assert view.maps[view.maps.default_stack].probs.shape[0] == 4
