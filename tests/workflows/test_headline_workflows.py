@@ -98,7 +98,7 @@ def test_sweep_instance_needs_a_spec_and_uses_the_stats_module_ci(tiny_base):
 
     from anchorlens.analyses.stats import bootstrap_ci
     from anchorlens.evaluation import predict
-    from anchorlens.workflows.evaluate import resolve_model
+    from anchorlens.methods.spec import load_guided
     from anchorlens.workflows.inputs import resolve_inputs
     from anchorlens.workflows.sweeps import sweep_instance
 
@@ -108,6 +108,6 @@ def test_sweep_instance_needs_a_spec_and_uses_the_stats_module_ci(tiny_base):
     base = tiny_base("tiny-llama")
     table = sweep_instance("prompt:n=2", "rte", None, [0], ["first"], base=base, n=4, batch_size=4)
     assert {"ci_lo", "ci_hi"} <= set(table.columns) and "ci_low" not in table.columns
-    preds = predict(resolve_model("prompt:n=2", base), resolve_inputs("rte", None, 4).examples, "rte", batch_size=4)
+    preds = predict(load_guided("prompt:n=2", base), resolve_inputs("rte", None, 4).examples, "rte", batch_size=4)
     _, lo, hi = bootstrap_ci(preds["correct"].astype(float).to_numpy())
     assert (table["ci_lo"].iloc[0], table["ci_hi"].iloc[0]) == pytest.approx((lo, hi))
