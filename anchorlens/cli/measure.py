@@ -95,17 +95,12 @@ def _compare(
         with stage(f"comparing {len(ckpt)} checkpoints", enabled=rt.is_main()):
             result = run_compare(
                 ckpt,
-                allow_other_base=model.allow_other_base,
-                base=model.base,
-                task=data.task,
-                data=data.data,
-                n=data.n,
                 selection=selection,
                 batch_size=batch.batch_size,
                 map_example=map_example,
-                dtype=model.dtype,
-                device=model.device,
                 progress=rt.is_main(),
+                **model.workflow_kwargs(),
+                **data.workflow_kwargs(),
             )
         if rt.is_main() and claim is not None:
             with stage("writing tables, figures and report.html"):
@@ -170,15 +165,10 @@ def positions(
             sweep = sweep_positions(
                 ckpt,
                 positions,
-                allow_other_base=model.allow_other_base,
-                base=model.base,
-                task=data.task,
-                data=data.data,
-                n=data.n,
                 selection=selection,
                 batch_size=batch.batch_size,
-                dtype=model.dtype,
-                device=model.device,
+                **model.workflow_kwargs(),
+                **data.workflow_kwargs(),
             )
         with stage("writing tables and figures"):
             write_positions(sweep, claim, **figures.writer_kwargs())

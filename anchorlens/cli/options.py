@@ -82,6 +82,15 @@ class ModelOptions:
         """Whether --dtype or --device differ from the defaults."""
         return self.dtype != "float32" or self.device is not None
 
+    def workflow_kwargs(self) -> dict[str, Any]:
+        """``base``, ``dtype``, ``device`` and ``allow_other_base`` as workflow keywords."""
+        return {
+            "base": self.base,
+            "dtype": self.dtype,
+            "device": self.device,
+            "allow_other_base": self.allow_other_base,
+        }
+
     def load(self, base: str | None = None):
         """Load the base (``base`` overrides ``self.base``) with this dtype and device."""
         from anchorlens.models.loading import load_base
@@ -122,6 +131,10 @@ class DataOptions:
         """Cheap checks before any heavy import: the data file is a readable file."""
         if self.data is not None:
             input_file(self.data, "--data")
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        """``task``, ``data`` and ``n`` as workflow keywords."""
+        return {"task": self.task, "data": self.data, "n": self.n}
 
     def read(self, need_labels: bool = False):
         """Read and validate every example now (FILE:LINE errors); ``need_labels`` for evaluate/train."""

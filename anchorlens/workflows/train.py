@@ -11,6 +11,7 @@ Layout of ``out``::
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,55 +74,33 @@ def train(
     (or the command's :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed:
     ``resume`` continues the training run there, ``force`` replaces an anchorlens run there.
     """
+    run = functools.partial(
+        _train,
+        method_spec,
+        task,
+        data,
+        eval_data,
+        base,
+        steps,
+        epochs,
+        lr,
+        batch_size,
+        grad_accum,
+        optimizer,
+        seed,
+        eval_every=eval_every,
+        patience=patience,
+        save_every=save_every,
+        n=n,
+        max_length=max_length,
+        weight_decay=weight_decay,
+        progress=progress,
+    )
     if out is None:
-        return _train(
-            method_spec,
-            task,
-            data,
-            eval_data,
-            base,
-            steps,
-            epochs,
-            lr,
-            batch_size,
-            grad_accum,
-            optimizer,
-            seed,
-            None,
-            False,
-            eval_every,
-            patience,
-            save_every,
-            n,
-            max_length,
-            weight_decay,
-            progress,
-        )
+        return run(None, False)
     with claimed(out, kind="train", force=force, resume=resume) as claim:
         try:
-            return _train(
-                method_spec,
-                task,
-                data,
-                eval_data,
-                base,
-                steps,
-                epochs,
-                lr,
-                batch_size,
-                grad_accum,
-                optimizer,
-                seed,
-                claim,
-                resume,
-                eval_every,
-                patience,
-                save_every,
-                n,
-                max_length,
-                weight_decay,
-                progress,
-            )
+            return run(claim, resume)
         except BaseException:
             claim.discard_if_empty()  # stopped before its first checkpoint: no OUT left behind
             raise
