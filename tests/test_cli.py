@@ -403,3 +403,12 @@ def test_os_errors_anywhere_in_a_command_are_one_line_naming_the_path(err, line)
 
     result = CliRunner().invoke(broken, [])
     assert result.exit_code == 2 and result.output.strip() == line, result.output
+
+
+def test_long_stages_say_what_they_do_when_output_is_not_a_terminal(compare_dir):
+    """Drawing six figures takes seconds: its stage line and its done line appear (plain lines, not a bar)."""
+    _, output = compare_dir
+    lines = output.splitlines()
+    assert "writing tables, figures and report.html ..." in lines
+    assert any(line.startswith("writing tables, figures and report.html: done in ") for line in lines)
+    assert not any("\r" in line for line in lines)  # no carriage-return bar in a log
