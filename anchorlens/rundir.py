@@ -394,10 +394,3 @@ def examples_digest(examples: list[dict]) -> str:
     """SHA-256 (first 16 hex) of the examples as canonical JSON."""
     blob = json.dumps(examples, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def check_writable(path: Path, force: bool) -> None:
-    """Deprecated (until the CLI claims with :func:`claim_out`): the up-front checks of a claim, without the lock."""
-    target = Path(path).expanduser().absolute()
-    _check_location(target)
-    _check_state(target, run_state(target), kind="", force=force, resume=False)

@@ -108,7 +108,6 @@ def preflight(
 
 def _load_hf_dir(
     path: Path,
-    attn: str,
     dtype: torch.dtype,
     device_map: str | None = None,
     *,
@@ -118,7 +117,8 @@ def _load_hf_dir(
 ) -> tuple[torch.nn.Module, object]:
     """Load a local HF model directory from safetensors only (never pickle, never remote code).
 
-    ``available``: see :func:`preflight` (None: no memory check).
+    The attention implementation is transformers' own choice (sdpa, or eager where a family needs it);
+    capture switches to its sdpa-based function only when it first captures. ``available``: see :func:`preflight` (None: no memory check).
     """
     from transformers import AutoModel, AutoTokenizer
 
@@ -142,18 +142,18 @@ def _load_hf_dir(
     return model, tok
 
 
-def _load_embedded(attn: str, dtype: torch.dtype, device_map: str | None) -> tuple[torch.nn.Module, object, Path]:
+def _load_embedded(dtype: torch.dtype, device_map: str | None) -> tuple[torch.nn.Module, object, Path]:
     """The embedded model from its verified cache; a cache that still fails to load is checked by digest and rebuilt."""
     path = ensure_converted()
     try:
-        model, tok = _load_hf_dir(path, attn, dtype, device_map)
+        model, tok = _load_hf_dir(path, dtype, device_map)
     except AnchorlensError:
         raise
     except Exception:
         if cache_problem(path, None, digests=True) is None:
             raise  # the cache is what was converted: the failure is not the cache's
         path = ensure_converted(verify=True)  # same-size damage shows only in the digests
-        model, tok = _load_hf_dir(path, attn, dtype, device_map)
+        model, tok = _load_hf_dir(path, dtype, device_map)
     return model, tok, path
 
 
@@ -173,7 +173,6 @@ def load_base(
     bytes of the target (None: unknown); a base estimated larger is refused before loading.
     """
     device_map = "auto" if device == "auto" else None
-    attn = "sdpa"  # capture switches a model to its sdpa-based function only when it first captures
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)
     origin: dict[str, Any]
@@ -181,11 +180,11 @@ def load_base(
     model: Any
     tok: Any
     if spec in TINY_BASES:
-        model, tok = build_tiny(spec, attn)
+        model, tok = build_tiny(spec)
         model = model.to(torch_dtype)
         origin = {"kind": "tiny"}
     elif spec == EMBEDDED_SPEC:
-        model, tok, path = _load_embedded(attn, torch_dtype, device_map)
+        model, tok, path = _load_embedded(torch_dtype, device_map)
         origin = {"kind": "embedded", "path": str(path)}
     else:
         path = Path(spec).expanduser()
@@ -202,7 +201,7 @@ def load_base(
             raise UnknownNameError(
                 f"unknown base {spec!r}: not a directory, not a hub id ORG/NAME, and not one of {known}"
             )
-        model, tok = _load_hf_dir(path, attn, torch_dtype, device_map, label=label, device=device, available=check)
+        model, tok = _load_hf_dir(path, torch_dtype, device_map, label=label, device=device, available=check)
     if tok.pad_token is None:
         if tok.eos_token is None:
             raise UsageError(f"the tokenizer of {spec!r} has neither a pad nor an eos token; add a pad token")

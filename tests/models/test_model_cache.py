@@ -71,7 +71,7 @@ def _sha(path: Path) -> str:
 def _loads(path: Path) -> None:
     from anchorlens.models.loading import _load_hf_dir
 
-    model, _ = _load_hf_dir(path, "sdpa", torch.float32)
+    model, _ = _load_hf_dir(path, torch.float32)
     ref, _ = build_tiny("tiny-llama")
     with torch.no_grad():
         torch.testing.assert_close(model(input_ids=IDS).logits, ref(input_ids=IDS).logits, rtol=0, atol=0)
