@@ -81,7 +81,8 @@ class Plan:
     positions: tuple[str, ...] = ("first", "middle", "last")
 
 
-_BUDGET_KEYS = {
+# budget keys handed to workflows.train as they are; the others shape the data (lengths, example counts)
+_TRAIN_KEYS = (
     "steps",
     "epochs",
     "lr",
@@ -90,11 +91,9 @@ _BUDGET_KEYS = {
     "optimizer",
     "eval_every",
     "patience",
-    "max_length",
     "weight_decay",
-    "n_train",
-    "n_eval",
-}
+)
+_BUDGET_KEYS = {*_TRAIN_KEYS, "max_length", "n_train", "n_eval"}
 
 
 def load_plan(path: str | Path, smoke: bool = False) -> Plan:
@@ -200,21 +199,7 @@ def _train_cell(plan: Plan, task: TaskPlan, method: str, seed: int, out: Path, b
     from anchorlens.workflows.train import train
 
     b = plan.budget
-    options = {
-        k: b[k]
-        for k in (
-            "steps",
-            "epochs",
-            "lr",
-            "batch_size",
-            "grad_accum",
-            "optimizer",
-            "eval_every",
-            "patience",
-            "weight_decay",
-        )
-        if k in b
-    }
+    options = {k: b[k] for k in _TRAIN_KEYS if k in b}
 
     def compute(digest: str) -> dict:
         run_dir = out / "runs" / digest
