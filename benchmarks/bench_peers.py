@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-RTE = Path("/work/shared/data/superglue/RTE/train.jsonl")
+RTE = Path(__file__).resolve().parents[2] / "shared" / "data" / "superglue" / "RTE" / "train.jsonl"  # ../shared
 N_EXAMPLES, BATCH = 64, 8
 
 
