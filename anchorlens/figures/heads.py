@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,24 @@ def _cell_fontsize(grid: pd.DataFrame, width_in: float) -> float:
     return max(5.0, min(8.0, 0.55 * 72.0 * width_in / max(1, grid.shape[1]) / 4.5))
 
 
+def _heatmap(ax: Any, g: pd.DataFrame, lo: float, hi: float, width: float, annotate: bool | None, **extra: Any) -> None:
+    """One layer x head heatmap on the shared [lo, hi] scale, annotated when small (or as ``annotate`` says)."""
+    show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
+    sns.heatmap(
+        g,
+        ax=ax,
+        cmap=MAP_CMAP,
+        vmin=lo,
+        vmax=hi,
+        annot=show,
+        fmt=_fmt(lo, hi),
+        annot_kws={"fontsize": _cell_fontsize(g, width)},
+        linewidths=0.3,
+        linecolor="white",
+        **extra,
+    )
+
+
 def head_grid(
     df: pd.DataFrame,
     metric: str,
@@ -83,20 +102,7 @@ def head_grid(
     fig = new_figure(width * len(grids), height)
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for ax, st, g in zip(axes, stacks, grids):
-        show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(
-            g,
-            ax=ax,
-            cmap=MAP_CMAP,
-            vmin=lo,
-            vmax=hi,
-            annot=show,
-            fmt=_fmt(lo, hi),
-            annot_kws={"fontsize": _cell_fontsize(g, width)},
-            linewidths=0.3,
-            linecolor="white",
-            cbar_kws={"label": pretty(metric), "shrink": 0.9},
-        )
+        _heatmap(ax, g, lo, hi, width, annotate, cbar_kws={"label": pretty(metric), "shrink": 0.9})
         end_ticks(ax.collections[0].colorbar, lo, hi)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
@@ -158,20 +164,7 @@ def head_grids(
     fig = new_figure(width * cols + 1.2, height * rows + 1.0)
     axes = panel_grid(fig, len(names), sharex=False, sharey=False)
     for ax, name, g in zip(axes, names, grids):
-        show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
-        sns.heatmap(
-            g,
-            ax=ax,
-            cmap=MAP_CMAP,
-            vmin=lo,
-            vmax=hi,
-            annot=show,
-            fmt=_fmt(lo, hi),
-            cbar=False,
-            annot_kws={"fontsize": _cell_fontsize(g, width)},
-            linewidths=0.3,
-            linecolor="white",
-        )
+        _heatmap(ax, g, lo, hi, width, annotate, cbar=False)
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")

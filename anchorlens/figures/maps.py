@@ -190,34 +190,12 @@ def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
     for name in GUIDANCE_NAMES:
         kpos = [i for i, r in enumerate(k_roles) if role_name(r) == name]
         qpos = [i for i, r in enumerate(q_roles) if role_name(r) == name]
-        if kpos:
-            for start, length in runs(kpos):
-                ax.add_patch(
-                    Rectangle(
-                        (start - 0.5, -0.5),
-                        length,
-                        n_q,
-                        fill=False,
-                        lw=2.0,
-                        ec=ROLE_COLORS[name],
-                        zorder=4,
-                        gid=f"guidance:{name}",
-                    )
-                )
-        elif qpos:
-            for start, length in runs(qpos):
-                ax.add_patch(
-                    Rectangle(
-                        (-0.5, start - 0.5),
-                        n_k,
-                        length,
-                        fill=False,
-                        lw=2.0,
-                        ec=ROLE_COLORS[name],
-                        zorder=4,
-                        gid=f"guidance:{name}",
-                    )
-                )
+        # key columns when the guidance has keys, else its query rows
+        boxes = [((s - 0.5, -0.5), n, n_q) for s, n in runs(kpos)] or [((-0.5, s - 0.5), n_k, n) for s, n in runs(qpos)]
+        for xy, w, h in boxes:
+            ax.add_patch(
+                Rectangle(xy, w, h, fill=False, lw=2.0, ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}")
+            )
     spos = [i for i, r in enumerate(k_roles) if int(r) == int(Role.STRUCTURAL)]
     for start, length in runs(spos):
         ax.add_patch(
