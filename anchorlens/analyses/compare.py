@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import ROW_KEYS
+from anchorlens.analyses.frames import ROW_KEYS, per_head
 from anchorlens.analyses.headline import HEADLINE, HeadlineMetric
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
@@ -56,7 +56,7 @@ def _factor(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
     """(codes [rows] int64, uniques) of one key column; categorical columns use their codes as they are."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         return col.cat.codes.to_numpy(np.int64), pd.Index(col.cat.categories)
-    codes, uniques = pd.factorize(col)
+    codes, uniques = pd.factorize(col, use_na_sentinel=False)  # a null (head <NA>) is a value of its own
     return np.asarray(codes, dtype=np.int64), pd.Index(uniques)
 
 
@@ -198,9 +198,10 @@ def compare_frames(
 
 
 def headline_rows(df: pd.DataFrame, metric: HeadlineMetric) -> pd.DataFrame:
-    """Rows of one headline metric: per-head rows (head >= 0), else its head -1 rows."""
+    """Rows of one headline metric: per-head rows, else its rows averaged over heads (head <NA>)."""
     sub = metric.rows(df)
-    return sub[sub["head"] >= 0] if (sub["head"] >= 0).any() else sub
+    heads = per_head(sub)
+    return heads if len(heads) else sub
 
 
 def _fixed_reason(rows: pd.DataFrame) -> str:

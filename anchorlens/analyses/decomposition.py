@@ -18,7 +18,7 @@ six roles plus the sink as a seventh column) and ``queries[s]``. From it :mod:`a
 detects metrics fixed by the mask and measures guidance absorption.
 
 Frame rows: metric ``decomposition`` (query_role ``input`` or ``guidance``, key_role one of
-:data:`PARTS` or ``guidance``; value = mean mass per query, count = queries) and, with head -1
+:data:`PARTS` or ``guidance``; value = mean mass per query, count = queries) and, with head <NA>
 (visibility does not depend on the head), metric ``visible_share`` (value = share of the
 visible key positions of the query group that have key_role; key labels: the roles, ``sink``,
 ``input``, ``guidance``) and ``visible_keys`` (key_role ``""``: mean number of visible keys per
@@ -152,7 +152,7 @@ class DecompositionReducer(SiteReducer):
         return self._vis[key]
 
     def frame(self) -> pd.DataFrame:
-        """``decomposition`` rows per head plus ``visible_share``/``visible_keys`` rows (head -1)."""
+        """``decomposition`` rows per head plus ``visible_share``/``visible_keys`` rows (head <NA>: over all heads)."""
         parts = [super().frame()]
         for (stack, layer), table in sorted(self._vis.items()):
             examples = table.examples
@@ -184,7 +184,7 @@ class DecompositionReducer(SiteReducer):
 
 
 def _visibility_frame(stack: str, layer: int, examples: np.ndarray, arrays: dict[str, torch.Tensor]) -> pd.DataFrame:
-    """visible_share / visible_keys rows (head -1) from pairs [N, 1, R, R+1] and queries [N, 1, R]."""
+    """visible_share / visible_keys rows (head <NA>: over all heads) from pairs [N, 1, R, R+1] and queries [N, 1, R]."""
     pairs, queries = arrays["pairs"], arrays["queries"]
     pooled = lambda idx: (pairs[:, :, idx].sum(2, keepdim=True), queries[:, :, idx].sum(2, keepdim=True))  # noqa: E731
     (pi, qi), (pg, qg) = pooled(_INPUT_IDX), pooled(_GUIDANCE_IDX)
@@ -195,7 +195,7 @@ def _visibility_frame(stack: str, layer: int, examples: np.ndarray, arrays: dict
     )  # [N, 1, S, R+3]
     share = mean_of(keys, total.squeeze(-1))
     labels = ROLE_NAMES + QUERY_GROUPS
-    heads = np.array([-1])
+    heads = None  # one column of rows over all heads (head <NA>)
     if examples.size == 0:
         return empty_frame()
     return concat_frames(

@@ -8,7 +8,7 @@ column     dtype   meaning
 example    int64   the example's dataset index
 stack      str     attention stack (``"decoder"``, ``"encoder"``, ``"cross"``...)
 layer      int64   model layer index
-head       int64   model head index; ``-1`` for rows averaged over heads
+head       Int64   model head index; ``<NA>`` (null) for rows averaged over heads
 metric     str     metric name (``"role_flow"``, ``"entropy"``...)
 query_role str     role label of the queries, ``"all"`` or a pooled label
 key_role   str     role label of the keys, or ``""`` when not applicable
@@ -47,7 +47,7 @@ _DTYPES = {
     "example": "int64",
     "stack": "str",
     "layer": "int64",
-    "head": "int64",
+    "head": "Int64",  # nullable: <NA> marks rows averaged over heads (never -1, which --heads reads as the last head)
     "metric": "str",
     "query_role": "str",
     "key_role": "str",
@@ -75,8 +75,31 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"frame lacks tidy columns {missing}")
     extra = [c for c in df.columns if c not in COLUMNS]
-    out = df[list(COLUMNS) + extra].astype({c: _DTYPES[c] for c in COLUMNS})
+    out = df[list(COLUMNS) + extra].assign(head=head_column(df["head"]))
+    out = out.astype({c: _DTYPES[c] for c in COLUMNS})
     return out.reset_index(drop=True)
+
+
+def head_column(head: pd.Series) -> pd.Series:
+    """``head`` as nullable Int64: per-head indices kept, head means as <NA>.
+
+    Frames written before head means were null (``-1``) and CSV round trips (``""``) read the same way.
+    """
+    if not pd.api.types.is_numeric_dtype(head.dtype):
+        head = head.astype(object).where(head.astype(str).str.strip() != "", None)
+    values = pd.to_numeric(head, errors="raise")
+    out = pd.Series(values, index=head.index).astype("Int64")
+    return out.mask(out < 0)
+
+
+def per_head(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows of one model head each (``head`` not null)."""
+    return df[df["head"].notna().to_numpy(dtype=bool)]
+
+
+def head_means(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows averaged over heads (``head`` null)."""
+    return df[df["head"].isna().to_numpy(dtype=bool)]
 
 
 def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
@@ -91,7 +114,7 @@ def long_frame(
     stack: str,
     layer: int,
     examples: np.ndarray,
-    heads: np.ndarray,
+    heads: np.ndarray | None,
     metric: str,
     value: np.ndarray,
     count: np.ndarray,
@@ -100,8 +123,8 @@ def long_frame(
 ) -> pd.DataFrame:
     """Tidy rows of one site from dense arrays; cells whose count is 0 are left out.
 
-    examples: [N]; heads: [H]; value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels;
-    key_labels: R labels.
+    examples: [N]; heads: [H] model head indices, or None for one column of rows averaged over heads
+    (head <NA>); value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels; key_labels: R labels.
     """
     keep = np.broadcast_to((count > 0)[..., None], value.shape)
     n, h, s, r = np.nonzero(keep)
@@ -112,7 +135,9 @@ def long_frame(
             "example": np.asarray(examples, dtype=np.int64)[n],
             "stack": stack,
             "layer": int(layer),
-            "head": np.asarray(heads, dtype=np.int64)[h],
+            "head": pd.array([None] * len(h), dtype="Int64")
+            if heads is None
+            else pd.array(np.asarray(heads, dtype=np.int64)[h], dtype="Int64"),
             "metric": metric,
             "query_role": pd.array(list(query_labels), dtype="str").take(s),
             "key_role": pd.array(list(key_labels), dtype="str").take(r),
@@ -123,13 +148,13 @@ def long_frame(
 
 
 def average_heads(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows with ``head = -1``: unweighted mean of ``value`` (and of ``count``) over heads.
+    """Rows with ``head`` <NA>: unweighted mean of ``value`` (and of ``count``) over heads.
 
-    Groups by every column except head/value/count; input rows already at head -1 are ignored; NaN
+    Groups by every column except head/value/count; input rows already averaged (head <NA>) are ignored; NaN
     values are skipped (a group of NaNs gives NaN). Groups come from column codes hashed by ``factorize``
     and sums by ``bincount`` (no pandas groupby, no sort), so millions of rows take seconds.
     """
-    df = df[df["head"] >= 0]
+    df = per_head(df)
     if df.empty:
         return conform(df)
     keys = [c for c in df.columns if c not in ("head", "value", "count")]
@@ -156,7 +181,7 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
         n = np.bincount(inverse, weights=ok.astype(np.float64), minlength=n_groups)
         with np.errstate(invalid="ignore", divide="ignore"):
             out[col] = np.where(n > 0, total / np.maximum(n, 1), np.nan)
-    out["head"] = -1
+    out["head"] = pd.array([None] * len(out), dtype="Int64")
     return conform(out) if "count" in out.columns else out
 
 

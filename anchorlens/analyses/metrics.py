@@ -36,6 +36,7 @@ from anchorlens.analyses.frames import (
     concat_frames,
     conform,
     empty_frame,
+    per_head,
     role_label,
     roles_label,
 )
@@ -65,7 +66,7 @@ def _pool_queries(rows: pd.DataFrame, metric: str, query_label: str, key_label: 
     if rows.empty:
         return empty_frame()
     rows = rows.assign(_mass=rows["value"] * rows["count"])
-    out = rows.groupby(list(SITE_KEYS), sort=True).agg(_mass=("_mass", "sum"), count=("count", "sum"))
+    out = rows.groupby(list(SITE_KEYS), sort=True, dropna=False).agg(_mass=("_mass", "sum"), count=("count", "sum"))
     out = out[out["count"] > 0].reset_index()
     out["value"] = out["_mass"] / out["count"]
     out["metric"], out["query_role"], out["key_role"] = metric, query_label, key_label
@@ -92,7 +93,7 @@ def flow_mass(
     if flow.empty:
         return empty_frame()
     by_query = (
-        flow.groupby(list(SITE_KEYS) + ["query_role"], sort=True)
+        flow.groupby(list(SITE_KEYS) + ["query_role"], sort=True, dropna=False)
         .agg(value=("value", "sum"), count=("count", "first"))
         .reset_index()
     )
@@ -157,7 +158,7 @@ def pooled_entropy(df: pd.DataFrame) -> pd.DataFrame:
     """``entropy`` pooled over input queries (query_role ``input``: the headline entropy) and over
     guidance queries (``guidance``), weighted by query counts, from the per-role ``entropy`` rows;
     input roles whose queries see a single key (entropy 0 by definition) are left out."""
-    rows = df[(df["metric"] == "entropy") & (df["head"] >= 0)]
+    rows = per_head(df[df["metric"] == "entropy"])
     if rows.empty:
         return empty_frame()
     _need_count(rows)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import pandas as pd
 
 from anchorlens.analyses import stats
+from anchorlens.analyses.frames import head_column
 
 
 def is_summary(df: pd.DataFrame) -> bool:
@@ -30,17 +32,28 @@ def filter_eq(df: pd.DataFrame, column: str, wanted: object, what: str | None = 
     return out
 
 
-def pick_head(df: pd.DataFrame, head: int | None) -> pd.DataFrame:
-    """Keep head ``head`` (default -1 = mean over heads) when present; error if heads stay mixed."""
+HeadChoice = int | Literal["mean"] | None
+
+
+def pick_head(df: pd.DataFrame, head: HeadChoice) -> pd.DataFrame:
+    """Keep one head: ``"mean"`` (rows averaged over heads, head <NA>), an index (negative: from the
+    last head present, as ``--heads``), or None for every row; error if heads stay mixed."""
     if head is None or "head" not in df.columns:
         return df
-    if (df["head"] == head).any():
-        return df[df["head"] == head]
-    if df["head"].nunique() <= 1:
+    col = head_column(df["head"])
+    present = sorted(int(h) for h in col.dropna().unique())
+    if head == "mean":
+        hit = col.isna()
+    else:
+        index = present[head] if head < 0 and -len(present) <= head else head
+        hit = (col == index).fillna(False)
+    if hit.any():
+        return df[hit.to_numpy(dtype=bool)]
+    if col.nunique(dropna=False) <= 1:
         return df
     raise ValueError(
-        f"no rows with head == {head} and several heads present; pass head=<index> "
-        f"(available: {sorted(df['head'].unique().tolist())})"
+        f"no rows with head {head!r} and several heads present; pass head='mean' or an index "
+        f"(available: {', '.join(map(str, present))}{', mean' if col.isna().any() else ''})"
     )
 
 

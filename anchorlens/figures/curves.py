@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from anchorlens.figures._frames import filter_eq, pick_head, require_single, summarize
+from anchorlens.figures._frames import HeadChoice, filter_eq, pick_head, require_single, summarize
 from anchorlens.figures._style import (
     dodge,
     new_figure,
@@ -28,7 +28,7 @@ def layer_curves(
     *,
     by: str = "checkpoint",
     stack: str | None = None,
-    head: int | None = -1,
+    head: HeadChoice = "mean",
     query_role: str | None = None,
     key_role: str | None = None,
     order: Sequence[str] | None = None,

@@ -12,6 +12,7 @@ from matplotlib import colors as mcolors
 from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 
+from anchorlens.analyses.frames import per_head
 from anchorlens.figures._frames import filter_eq, require_single, value_column
 from anchorlens.figures._style import (
     DIFF_CMAP,
@@ -38,7 +39,7 @@ def _prepare(
     out = filter_eq(out, "stack", stack)
     out = filter_eq(out, "query_role", query_role)
     out = filter_eq(out, "key_role", key_role)
-    out = out[out["head"] >= 0]
+    out = per_head(out)
     if out.empty:
         raise ValueError(f"no per-head rows (head >= 0) for metric {metric!r}")
     require_single(out, ["query_role", "key_role"], f"metric {metric}")

@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from anchorlens.figures._frames import filter_eq, is_summary, pick_head, require_single, summarize
+from anchorlens.figures._frames import HeadChoice, filter_eq, is_summary, pick_head, require_single, summarize
 from anchorlens.figures._style import (
     new_figure,
     position_key,
@@ -56,7 +56,7 @@ def position_sweep(
     position_col: str = "position",
     by: str = "checkpoint",
     stack: str | None = None,
-    head: int | None = -1,
+    head: HeadChoice = "mean",
     layer: int | None = None,
     query_role: str | None = None,
     key_role: str | None = None,

@@ -11,7 +11,7 @@ from matplotlib import colors as mcolors
 from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 
-from anchorlens.figures._frames import filter_eq, pick_head, value_column
+from anchorlens.figures._frames import HeadChoice, filter_eq, pick_head, value_column
 from anchorlens.figures._style import (
     MAP_CMAP,
     end_ticks,
@@ -54,7 +54,7 @@ def role_flow_heatmaps(
     metric: str = "role_flow",
     layer: int | str | None = None,
     stack: str | None = None,
-    head: int | None = -1,
+    head: HeadChoice = "mean",
     checkpoints: Sequence[str] | None = None,
     fmt: str = ".2f",
     title: str | None = None,
@@ -119,7 +119,7 @@ def role_flow_heatmaps(
         for p in (
             f"{stack} stack" if stack else "",
             layer_desc,
-            "head mean" if head == -1 else f"head {head}" if head is not None else "",
+            "head mean" if head == "mean" else f"head {head}" if head is not None else "",
         )
         if p
     ]

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads
+from anchorlens.analyses.frames import per_head
 from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
 from anchorlens.atomic import write_json
 from anchorlens.capture.maps_io import load_maps, save_maps
@@ -71,7 +72,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
             head_grids(result.metrics, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role),
         ),
     ]
-    paired = result.paired[result.paired["head"] >= 0]
+    paired = per_head(result.paired)
     shown = paired[(paired.metric == m.metric) & (paired.query_role == m.query_role) & (paired.key_role == m.key_role)]
     bound = float(shown["diff"].abs().max()) if len(shown) else None  # one scale for every difference figure
     for name in others:

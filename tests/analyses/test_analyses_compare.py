@@ -102,16 +102,16 @@ def test_headline_reports_mask_fixed_metric_as_fixed_not_as_a_value():
 
 
 def test_average_heads_equals_groupby_mean_skipping_nan():
-    df = pd.concat([fake_frame(0.0, seed=4, n=5), fake_frame(0.0, seed=4, n=5).assign(head=-1)])
+    df = pd.concat([fake_frame(0.0, seed=4, n=5), fake_frame(0.0, seed=4, n=5).assign(head=pd.NA)])
     df.loc[df.index[::5], "value"] = np.nan
     df["checkpoint"] = "x"
     new = A.average_heads(df)
-    pos = df[df["head"] >= 0]
+    pos = df[df["head"].notna()]
     keys = [c for c in df.columns if c not in ("head", "value", "count")]
     old = (
         pos.groupby(keys, sort=False, dropna=False).agg(value=("value", "mean"), count=("count", "mean")).reset_index()
     )
     m = new.merge(old, on=keys, suffixes=("", "_old"))
-    assert len(m) == len(old) == len(new) and (new["head"] == -1).all()
+    assert len(m) == len(old) == len(new) and new["head"].isna().all()
     np.testing.assert_allclose(m["value"], m["value_old"], rtol=1e-12)
     np.testing.assert_allclose(m["count"], m["count_old"])

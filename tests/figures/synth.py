@@ -75,7 +75,7 @@ METRICS = ("anchor_mass", "first_token_mass", "entropy")
 
 
 def tidy(n_examples: int = 6, layers: int = 4, heads: int = 3, seed: int = 0) -> pd.DataFrame:
-    """Raw tidy rows: per checkpoint/example/layer/head (plus head -1 means)."""
+    """Raw tidy rows: per checkpoint/example/layer/head (plus head <NA> means)."""
     rng = np.random.default_rng(seed)
     rows = []
     for ci, ck in enumerate(CKPTS):
@@ -85,16 +85,15 @@ def tidy(n_examples: int = 6, layers: int = 4, heads: int = 3, seed: int = 0) ->
                     vals = rng.normal(0.2 + 0.3 * ci + 0.05 * layer, 0.05, heads)
                     for h in range(heads):
                         rows.append((ck, ex, "decoder", layer, h, m, "content", "", float(vals[h])))
-                    rows.append((ck, ex, "decoder", layer, -1, m, "content", "", float(vals.mean())))
-    return pd.DataFrame(
-        rows, columns=["checkpoint", "example", "stack", "layer", "head", "metric", "query_role", "key_role", "value"]
-    )
+                    rows.append((ck, ex, "decoder", layer, None, m, "content", "", float(vals.mean())))
+    cols = ["checkpoint", "example", "stack", "layer", "head", "metric", "query_role", "key_role", "value"]
+    return pd.DataFrame(rows, columns=cols).astype({"head": "Int64"})
 
 
 def summary(df: pd.DataFrame) -> pd.DataFrame:
     """mean, ci_lo, ci_hi, n per (checkpoint, stack, layer, head, metric, roles)."""
     keys = ["checkpoint", "stack", "layer", "head", "metric", "query_role", "key_role"]
-    g = df.groupby(keys)["value"].agg(["mean", "std", "count"]).reset_index()
+    g = df.groupby(keys, dropna=False)["value"].agg(["mean", "std", "count"]).reset_index()
     half = 2.0 * g["std"] / np.sqrt(g["count"])
     return g.assign(ci_lo=g["mean"] - half, ci_hi=g["mean"] + half, n=g["count"]).drop(columns=["std", "count"])
 

@@ -154,7 +154,7 @@ def test_layer_curves_order_legend_and_anchor_label():
 
 def test_summarize_is_the_project_bootstrap_not_a_t_interval():
     df = synth.tidy()
-    part = df[(df.metric == "entropy") & (df["head"] == -1) & (df.checkpoint == "capt") & (df.layer == 1)]
+    part = df[(df.metric == "entropy") & df["head"].isna() & (df.checkpoint == "capt") & (df.layer == 1)]
     s = summarize(part, ["checkpoint", "layer"])
     mean, lo, hi = stats.bootstrap_ci(part.sort_values("example")["value"].to_numpy())
     assert s[["mean", "ci_lo", "ci_hi"]].iloc[0].tolist() == pytest.approx([mean, lo, hi])

@@ -74,7 +74,7 @@ def test_input_entropy_leaves_out_single_key_queries(comparison):
     # base: the BOS query at position 0 sees one key (entropy 0 by definition); an inserted instance
     # token gives it two. Pooling it would report an entropy change that is only the mask's doing.
     m = comparison.metrics
-    m = m[(m.metric == "entropy") & (m.checkpoint == "base") & (m["head"] >= 0)]
+    m = m[(m.metric == "entropy") & (m.checkpoint == "base") & m["head"].notna()]
     per = m[m.query_role.isin(["structural", "content"])].assign(w=lambda d: d.value * d["count"])
     per = per.groupby(["example", "layer", "head"]).agg(w=("w", "sum"), c=("count", "sum"))
     pooled = m[m.query_role == "input"].set_index(["example", "layer", "head"])["value"]
