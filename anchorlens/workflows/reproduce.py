@@ -18,6 +18,8 @@ A plan (see ``examples/reproduce-*.toml``)::
     methods = ["prompt:n=4", "capsule"]
     seeds = [0]
     ablations = ["capsule:fusion=add", "capsule:fusion=prepend"]
+    ablation_seeds = [0]            # omit: every seed (ablations and sweeps cost as much as training)
+    sweep_seeds = [0]               # seeds whose checkpoints the instance and position sweeps use
     instance_on = "prompt:n=4"      # Finding II: instance tokens added to the prompt-tuned checkpoint
     instance_k = [0, 1, 2]
     instance_positions = ["first", "last"]
@@ -74,6 +76,8 @@ class Plan:
     seeds: tuple[int, ...] = (0,)
     budget: dict[str, Any] = field(default_factory=dict)
     ablations: tuple[str, ...] = ()
+    ablation_seeds: tuple[int, ...] | None = None  # None: every seed
+    sweep_seeds: tuple[int, ...] | None = None  # None: every seed
     instance_on: str | None = None
     instance_k: tuple[int, ...] = (0, 1, 2, 4)
     instance_positions: tuple[str, ...] = ("first", "last")
@@ -126,12 +130,19 @@ def load_plan(path: str | Path, smoke: bool = False) -> Plan:
         seeds=tuple(int(s) for s in run.get("seeds", [0])),
         budget=budget,
         ablations=tuple(run.get("ablations", ())),
+        ablation_seeds=_seeds(run, "ablation_seeds"),
+        sweep_seeds=_seeds(run, "sweep_seeds"),
         instance_on=run.get("instance_on"),
         instance_k=tuple(int(k) for k in run.get("instance_k", (0, 1, 2, 4))),
         instance_positions=tuple(run.get("instance_positions", ("first", "last"))),
         positions_on=run.get("positions_on"),
         positions=tuple(run.get("positions", ("first", "middle", "last"))),
     )
+
+
+def _seeds(run: dict, key: str) -> tuple[int, ...] | None:
+    """``run[key]`` as a tuple of seeds, or None (every seed) when absent."""
+    return None if key not in run else tuple(int(s) for s in run[key])
 
 
 def _resolve(plan_path: Path, value: str | None) -> str | None:
@@ -323,13 +334,16 @@ def _reproduce(plan: Plan, out: Path, smoke: bool, force: bool, say: Callable[[s
     positions: list[dict] = []
     for task in plan.tasks:
         for seed in plan.seeds:
-            for method in dict.fromkeys(plan.methods + plan.ablations):
+            ablations_here = plan.ablations if plan.ablation_seeds is None or seed in plan.ablation_seeds else ()
+            for method in dict.fromkeys(plan.methods + ablations_here):
                 say(f"train {method} on {task.name} (seed {seed})")
                 r = _trained(plan, task, method, seed, out, base, cache)
                 row = {"task": task.name, "method": method, "seed": seed, **r}
                 (trained if method in plan.methods else ablations).append(row)
-                if method in plan.ablations and method in plan.methods:
-                    ablations.append(row)
+                if ablations_here and method in plan.methods:
+                    ablations.append(row)  # the methods on the ablation seeds: compared like for like
+            if plan.sweep_seeds is not None and seed not in plan.sweep_seeds:
+                continue
             if plan.instance_on:
                 ckpt = _trained(plan, task, plan.instance_on, seed, out, base, cache)["checkpoint"]
                 spec = {
@@ -394,7 +408,8 @@ _CAPTIONS = {
     "accuracy": "Accuracy per task and method (paper Table 1's shape): per-example correctness averaged over seeds, "
     "mean with 95% seeded percentile bootstrap CI over examples.",
     "efficiency": "Trainable parameters, time per training step and peak RSS per method.",
-    "ablations": "Ablations (e.g. capsule fusion add vs prepend): accuracy as in the first table.",
+    "ablations": "Ablations (capsule fusion add vs prepend, capsule count n) next to the plan's methods on the same "
+    "seeds: accuracy as in the first table.",
     "instance_sweep": "Training-free instance tokens added to the prompt-tuned checkpoint (Finding II, Fig. 2's "
     "shape): accuracy per (k, position) with bootstrap CI; anchor metrics the causal mask fixes "
     "are NaN with the reason in `fixed`.",
@@ -418,7 +433,10 @@ def _write_tables(out: Path, plan: Plan, tables: dict[str, pd.DataFrame], smoke:
         f"# anchorlens reproduce: {plan.name}{' (smoke)' if smoke else ''}",
         "",
         f"Base {plan.base}; tasks {', '.join(t.name for t in plan.tasks)}; methods {', '.join(plan.methods)}; "
-        f"seeds {', '.join(map(str, plan.seeds))}; budget {json.dumps(plan.budget, sort_keys=True)}.",
+        f"seeds {', '.join(map(str, plan.seeds))}"
+        + (f" (ablations: {', '.join(map(str, plan.ablation_seeds))})" if plan.ablation_seeds is not None else "")
+        + (f" (sweeps: {', '.join(map(str, plan.sweep_seeds))})" if plan.sweep_seeds is not None else "")
+        + f"; budget {json.dumps(plan.budget, sort_keys=True)}.",
         "",
     ]
     for name, df in tables.items():

@@ -67,7 +67,11 @@ def test_cli_command_on_a_tiny_app(smoke_run):
 
 def test_plan_parsing_smoke_overrides_and_digests(tmp_path):
     plan = load_plan(REPO / "examples" / "reproduce-cpu.toml")
-    assert [t.name for t in plan.tasks] == ["rte", "cb", "copa", "boolq"] and plan.seeds == (0, 1, 2)
+    assert (
+        [t.name for t in plan.tasks] == ["rte", "cb", "copa", "boolq"]
+        and plan.seeds == (0, 1)
+        and plan.sweep_seeds == (0,)
+    )
     assert plan.tasks[0].data.endswith("shared/data/fewglue/RTE/train.jsonl")
     small = load_plan(REPO / "examples" / "reproduce-cpu.toml", smoke=True)
     assert [t.name for t in small.tasks] == ["rte"] and small.seeds == (0,) and small.budget["steps"] == 2
@@ -78,3 +82,42 @@ def test_plan_parsing_smoke_overrides_and_digests(tmp_path):
     with pytest.raises(UsageError, match="stepz"):
         load_plan(bad)
     assert json.loads(json.dumps(plan.budget))["epochs"] == 3
+
+
+def test_ablation_and_sweep_seeds_limit_the_costly_cells(tmp_path, monkeypatch, tiny_base):
+    import anchorlens.workflows.positions as positions
+    import anchorlens.workflows.reproduce as rep
+    import anchorlens.workflows.sweeps as sweeps
+
+    tiny_base("tiny-llama")
+    trained, swept = [], []
+
+    def fake_trained(plan, task, method, seed, out, base, cache):
+        trained.append((method, seed))
+        return {
+            **{"accuracy": 0.5, "n": 2, "idx": [0, 1], "correct": [True, False], "checkpoint": str(out)},
+            **{"num_trainable": 1, "time_per_step_s": 0.1, "peak_rss_mb": 1.0},
+        }
+
+    monkeypatch.setattr(rep, "_trained", fake_trained)
+    monkeypatch.setattr(sweeps, "sweep_instance", lambda c, *a, **k: swept.append("instance") or pd.DataFrame())
+
+    class _Sweep:
+        summary = pd.DataFrame()
+
+    monkeypatch.setattr(positions, "sweep_positions", lambda c, *a, **k: swept.append("positions") or _Sweep())
+    plan = tmp_path / "plan.toml"
+    plan.write_text(
+        "base='tiny-llama'\n[[tasks]]\nname='rte'\n[run]\nmethods=['prompt:n=2','capsule']\nseeds=[0,1]\n"
+        "ablations=['capsule:n=2']\nablation_seeds=[1]\nsweep_seeds=[0]\ninstance_on='prompt:n=2'\n"
+        "instance_k=[0,1]\npositions_on='capsule'\n"
+    )
+    parsed = load_plan(plan)
+    assert parsed.ablation_seeds == (1,) and parsed.sweep_seeds == (0,)
+    result = reproduce(parsed, tmp_path / "out")
+    runs = [t for t in trained if t[0] in ("prompt:n=2", "capsule", "capsule:n=2")]
+    assert ("capsule:n=2", 1) in runs and ("capsule:n=2", 0) not in runs
+    assert swept == ["instance", "positions"]  # sweeps on seed 0 only
+    abl = result.tables["ablations"]
+    assert list(abl["method"]) == ["prompt:n=2", "capsule", "capsule:n=2"] and (abl["seeds"] == 1).all()
+    assert "(ablations: 1) (sweeps: 0)" in (tmp_path / "out" / "summary.md").read_text()
