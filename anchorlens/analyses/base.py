@@ -16,6 +16,24 @@ from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
 
 
+class IdentityCache:
+    """The last value computed from a tuple of tensors, reused while the very same tensors come back.
+
+    The layers of one forward share their mask and role tensors (the same objects), so work that
+    depends only on them runs once per forward instead of once per layer. Holds one entry.
+    """
+
+    def __init__(self) -> None:
+        self._keys: tuple = ()
+        self._value: object = None
+
+    def get(self, keys: tuple, compute):
+        """``compute()`` unless ``keys`` are the same objects as last time (then the cached value)."""
+        if len(keys) != len(self._keys) or any(a is not b for a, b in zip(keys, self._keys, strict=True)):
+            self._value, self._keys = compute(), keys
+        return self._value
+
+
 def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
 
@@ -75,11 +93,17 @@ def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
     return event.cache["key_role_plogp"]
 
 
-def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event."""
+def visible_key_counts(event: AttentionEvent, across: IdentityCache | None = None) -> torch.Tensor:
+    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event
+    (and, with ``across``, reused by the following layers that share the mask and key roles)."""
     if "visible_key_counts" not in event.cache:
-        seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_roles(event))
+
+        def count() -> torch.Tensor:
+            seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
+            return torch.matmul(seen, key_roles(event))
+
+        keys = (event.visible, event.layout.k.roles, event.layout.k.valid, event.probs.dtype)
+        event.cache["visible_key_counts"] = count() if across is None else across.get(keys, count)
     return event.cache["visible_key_counts"]
 
 

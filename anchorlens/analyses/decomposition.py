@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import SiteReducer, mean_of, role_onehot
+from anchorlens.analyses.base import IdentityCache, SiteReducer, key_role_mass, mean_of, role_onehot
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.table import SiteTable
@@ -70,6 +70,7 @@ class DecompositionReducer(SiteReducer):
     def __init__(self) -> None:
         super().__init__()
         self._vis: dict[tuple[str, int], SiteTable] = {}
+        self._same_mask = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [2, P] (query group x part); count: [2]."""
@@ -83,16 +84,15 @@ class DecompositionReducer(SiteReducer):
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64)."""
         probs = event.probs
-        b, h = probs.shape[:2]
+        b, h, q = probs.shape[:3]
         dev = probs.device
         k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
         q_valid = event.layout.q.valid.to(dev).bool()
         sink, found = sink_index(k_roles, k_valid)
-        is_sink = torch.zeros_like(k_valid)
-        is_sink[torch.arange(b, device=dev)[found], sink[found]] = True
-        k_hot = role_onehot(k_roles, k_valid & ~is_sink, probs.dtype)  # [B, K, R]
-        k_parts = torch.cat([is_sink.to(probs.dtype).unsqueeze(-1), k_hot], -1)  # [B, K, P]
-        to_part = torch.einsum("bhqk,bkp->bhqp", probs, k_parts)  # [B, H, Q, P]
+        # no second pass over [Q, K]: the per-role masses every reducer shares, minus the sink's own mass
+        on_sink = probs.gather(-1, sink.view(b, 1, 1, 1).expand(b, h, q, 1)) * found.view(b, 1, 1, 1)  # [B, H, Q, 1]
+        sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], probs.dtype)  # [B, 1, R]
+        to_part = torch.cat([on_sink, key_role_mass(event) - on_sink * sink_role[:, None]], -1)  # [B, H, Q, P]
         to_part = torch.where(q_valid[:, None, :, None], to_part, torch.zeros_like(to_part))  # padding rows may be NaN
         q_groups = _groups(event.layout.q.roles.to(dev), q_valid)  # [B, Q, 2]
         mass = torch.einsum("bqg,bhqp->bhgp", q_groups, to_part.double())
@@ -100,7 +100,18 @@ class DecompositionReducer(SiteReducer):
         return {"mass": mass, "count": count}
 
     def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see."""
+        """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see.
+
+        The layers of one forward share their mask and roles, so the counts are computed once for them.
+        """
+        return self._same_mask.get(
+            (event.visible, event.layout.q.roles, event.layout.q.valid, event.layout.k.roles, event.layout.k.valid),
+            lambda: self._count_visible(event),
+        )
+
+    @staticmethod
+    def _count_visible(event: AttentionEvent) -> dict[str, torch.Tensor]:
+        """The uncached :meth:`_visibility`."""
         dev = event.probs.device
         k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
         q_valid = event.layout.q.valid.to(dev).bool()

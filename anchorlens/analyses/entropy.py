@@ -8,6 +8,7 @@ import torch
 
 from anchorlens.analyses.base import (
     QUERY_LABELS,
+    IdentityCache,
     SiteReducer,
     key_role_mass,
     key_role_plogp,
@@ -56,6 +57,7 @@ class EntropyReducer(SiteReducer):
     def __init__(self, anchor_role: str | int | Role | None = "capsule") -> None:
         super().__init__()
         self.anchor_role = None if anchor_role is None else parse_role(anchor_role)
+        self._same_mask = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum/count: [R] for ``entropy``; content_sum/content_count: [R] for content entropy."""
@@ -69,7 +71,7 @@ class EntropyReducer(SiteReducer):
         q_hot = query_roles(event)  # [B, q, R]
         q_valid = (q_hot.sum(-1) > 0)[:, None, :]  # [B, 1, q]
         mass, plogp = key_role_mass(event), key_role_plogp(event)  # [B, H, q, R]
-        keys = visible_key_counts(event)  # [B, q, R]
+        keys = visible_key_counts(event, self._same_mask)  # [B, q, R]
         ent = normalized_entropy(plogp.sum(-1), mass.sum(-1), keys.sum(-1)[:, None, :])  # [B, H, q]
         c_mass = mass[..., content]
         c_keys = keys[..., content][:, None, :]  # [B, 1, q]

@@ -95,20 +95,25 @@ def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
 class Visibility:
     """Visibility of one query chunk, shared by every layer that gets the same mask.
 
-    visible: [B|1, 1, q, K] bool; hidden: its negation; empty: [B|1, 1, q, 1] bool, queries that see no
-    key, or None when every query sees one.
+    visible: [B|1, 1, q, K] bool; hidden: its negation; bias: [B|1, 1, q, K] float32, 0 where visible and
+    a very negative finite number elsewhere (adding it is several times cheaper than a boolean
+    ``masked_fill`` broadcast over heads); empty: [B|1, 1, q, 1] bool, queries that see no key, or None
+    when every query sees one.
     """
 
     visible: torch.Tensor
     hidden: torch.Tensor
+    bias: torch.Tensor
     empty: torch.Tensor | None
 
     @classmethod
     def of(cls, call: AttentionCall, start: int, stop: int) -> Visibility:
         """Compute the visibility of queries ``start:stop``."""
         visible = visible_keys(call, start, stop)
+        hidden = ~visible
+        bias = torch.zeros(visible.shape, dtype=torch.float32, device=visible.device).masked_fill_(hidden, _NEG)
         empty = ~visible.any(dim=-1, keepdim=True)
-        return cls(visible, ~visible, empty if bool(empty.any()) else None)
+        return cls(visible, hidden, bias, empty if bool(empty.any()) else None)
 
 
 def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
@@ -119,13 +124,20 @@ def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
 
 
 def chunk_probs(
-    call: AttentionCall, start: int, stop: int, heads: torch.Tensor | None, vis: Visibility | None = None
+    call: AttentionCall,
+    start: int,
+    stop: int,
+    heads: torch.Tensor | None,
+    vis: Visibility | None = None,
+    buffer: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Visibility]:
     """Probabilities and shifted logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
 
     Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32. Rows of
     queries that see no key are all zero. The logits come back shifted so that each row's maximum over
     keys is 0 (very negative where not visible), with log p = logits - log_norm: no logarithm over [q, K].
+    ``buffer``: optional flat float32 tensor of at least B·H_sel·q·K elements that receives the logits
+    (reusing one buffer across layers saves a large allocation per call; never with autograd).
     """
     query = call.query[:, :, start:stop]
     key = call.key
@@ -146,17 +158,24 @@ def chunk_probs(
     # scaling the (small) queries instead of the [q, K] scores; grouped heads share their key:
     # [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
     scaled = (query.float() * call.scaling).reshape(b, kv, groups * q, d)
-    scores = torch.matmul(scaled, key.float().transpose(-1, -2)).view(b, h, q, -1)
+    keys_t = key.float().transpose(-1, -2)
+    k_len = keys_t.shape[-1]
+    if buffer is not None:
+        out = buffer[: b * h * q * k_len].view(b, kv, groups * q, k_len)
+        scores = torch.matmul(scaled, keys_t, out=out).view(b, h, q, k_len)
+    else:
+        scores = torch.matmul(scaled, keys_t).view(b, h, q, k_len)
     if call.softcap is not None:
         scores.div_(call.softcap).tanh_().mul_(call.softcap)
-    k_len = scores.shape[-1]
     if bias is not None:
         scores.add_(bias[..., start:stop, :k_len].float())
     vis = vis if vis is not None else Visibility.of(call, start, stop)
     if call.mask is not None and call.mask.dtype != torch.bool:
         scores.add_(call.mask[..., start:stop, :k_len].float().clamp_min(_NEG))
-    scores.masked_fill_(vis.hidden, _NEG)
-    top, where = scores.max(dim=-1, keepdim=True)
+        scores.masked_fill_(vis.hidden, _NEG)  # hidden logits exactly _NEG, never -inf
+    else:
+        scores.add_(vis.bias)  # finite logits + _NEG stay finite (no -inf, so p * logits is never NaN)
+    top = scores.amax(dim=-1, keepdim=True)  # values only: several times cheaper than max() with indices
     scores.sub_(top)  # softmax is shift-invariant; the shifted logits give log p cheaply
     if sinks is not None:
         logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1) - top], dim=-1)
@@ -166,8 +185,8 @@ def chunk_probs(
         probs = torch.softmax(scores, dim=-1)
     if vis.empty is not None:
         probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
-    # the top key has shifted logit 0, so log p_top = -log Z: the normaliser without another pass
-    log_norm = probs.gather(-1, where).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_()
+    # the top key has shifted logit 0 and the largest probability, so log Z = -log max_k p_k
+    log_norm = probs.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_()
     return probs, scores, log_norm, vis
 
 
@@ -180,6 +199,17 @@ def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, sta
     vis = Visibility.of(call, start, stop)
     active.scratch[key] = (call.mask, vis)  # keeps the mask alive, so its id cannot be reused meanwhile
     return vis
+
+
+def _logits_buffer(active: _session.CaptureSession, call: AttentionCall, rows: int, width: int) -> torch.Tensor:
+    """A flat float32 buffer for one chunk's logits [B, width, rows, K], kept for the whole forward."""
+    size = call.query.shape[0] * width * rows * call.key.shape[2]
+    key = ("logits", call.query.device)
+    buf = active.scratch.get(key)
+    if buf is None or buf.numel() < size:
+        buf = torch.empty(size, dtype=torch.float32, device=call.query.device)
+        active.scratch[key] = buf
+    return buf
 
 
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
@@ -253,10 +283,13 @@ def anchorlens_attention_forward(
     rows = chunk_rows(call, width, budget)
     parts = []
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
+        # the logits live only until the chunk's event is consumed: one buffer serves every layer
+        reuse = active is not None and not torch.is_grad_enabled()
+        buffer = _logits_buffer(active, call, rows, width) if reuse and active is not None else None
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
-            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis)
+            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffer)
             if eager:
                 parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:

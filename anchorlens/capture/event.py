@@ -20,8 +20,10 @@ class AttentionEvent:
     scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask) shifted so that
     each row's maximum over keys is 0, and log_norm: [B, H, q, 1] float32 the log of the softmax
     normaliser (sink included), so that log probs = scores - log_norm where probs > 0; elsewhere scores
-    are very negative (always weight them by ``probs``). Both None when the producer did not keep them. cache: scratch space for one event, where reducers share derived tensors (for example
-    mass per key role) so that work common to several reducers is done once.
+    are very negative (always weight them by ``probs``). Both None when the producer did not keep them.
+    ``scores`` lives in a buffer the capture reuses for the next layer: read it while consuming the
+    event, never keep it (copy what you need). cache: scratch space for one event, where reducers share
+    derived tensors (for example mass per key role) so that work common to several reducers is done once.
 
     Chunking contract: when the recompute has a memory budget, one attention call arrives as several
     events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
