@@ -28,10 +28,22 @@ class IdentityCache:
         self._value: object = None
 
     def get(self, keys: tuple, compute):
-        """``compute()`` unless ``keys`` are the same objects as last time (then the cached value)."""
-        if len(keys) != len(self._keys) or any(a is not b for a, b in zip(keys, self._keys, strict=True)):
+        """``compute()`` unless ``keys`` are what they were last time (then the cached value).
+
+        Tensors must be the very same objects; other keys (devices, dtypes) compare equal.
+        """
+        same = len(keys) == len(self._keys) and all(
+            a is b or (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b)
+            for a, b in zip(keys, self._keys, strict=True)
+        )
+        if not same:
             self._value, self._keys = compute(), keys
         return self._value
+
+
+# one-hots of the roles every layer of a forward shares (the layout's tensors are the same objects)
+_QUERY_HOT = IdentityCache()
+_KEY_HOT = IdentityCache()
 
 
 def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -46,9 +58,9 @@ def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = t
 def query_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached on the event."""
     if "q_hot" not in event.cache:
-        dev = event.probs.device
-        event.cache["q_hot"] = role_onehot(
-            event.layout.q.roles.to(dev), event.layout.q.valid.to(dev).bool(), torch.float64
+        q, dev = event.layout.q, event.probs.device
+        event.cache["q_hot"] = _QUERY_HOT.get(
+            (q.roles, q.valid, dev), lambda: role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
         )
     return event.cache["q_hot"]
 
@@ -56,9 +68,9 @@ def query_roles(event: AttentionEvent) -> torch.Tensor:
 def key_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, K, R] float32 one-hot of the event's key roles (zero rows for padding keys); cached on the event."""
     if "k_hot" not in event.cache:
-        dev = event.probs.device
-        event.cache["k_hot"] = role_onehot(
-            event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool(), event.probs.dtype
+        k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
+        event.cache["k_hot"] = _KEY_HOT.get(
+            (k.roles, k.valid, dev, dtype), lambda: role_onehot(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
         )
     return event.cache["k_hot"]
 

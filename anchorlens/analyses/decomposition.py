@@ -71,6 +71,7 @@ class DecompositionReducer(SiteReducer):
         super().__init__()
         self._vis: dict[tuple[str, int], SiteTable] = {}
         self._same_mask = IdentityCache()
+        self._same_layout = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [2, P] (query group x part); count: [2]."""
@@ -85,19 +86,36 @@ class DecompositionReducer(SiteReducer):
         """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64)."""
         probs = event.probs
         b, h, q = probs.shape[:3]
-        dev = probs.device
-        k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
-        q_valid = event.layout.q.valid.to(dev).bool()
-        sink, found = sink_index(k_roles, k_valid)
+        sink, found, sink_role, q_padding, q_groups = self._layout_parts(event)
         # no second pass over [Q, K]: the per-role masses every reducer shares, minus the sink's own mass
-        on_sink = probs.gather(-1, sink.view(b, 1, 1, 1).expand(b, h, q, 1)) * found.view(b, 1, 1, 1)  # [B, H, Q, 1]
-        sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], probs.dtype)  # [B, 1, R]
-        to_part = torch.cat([on_sink, key_role_mass(event) - on_sink * sink_role[:, None]], -1)  # [B, H, Q, P]
-        to_part = torch.where(q_valid[:, None, :, None], to_part, torch.zeros_like(to_part))  # padding rows may be NaN
-        q_groups = _groups(event.layout.q.roles.to(dev), q_valid)  # [B, Q, 2]
+        on_sink = probs.gather(-1, sink.expand(b, h, q, 1)) * found  # [B, H, Q, 1]
+        to_part = torch.cat([on_sink, key_role_mass(event) - on_sink * sink_role], -1)  # [B, H, Q, P]
+        to_part.masked_fill_(q_padding, 0.0)  # rows of padding queries may be NaN
         mass = torch.einsum("bqg,bhqp->bhgp", q_groups, to_part.double())
         count = q_groups.sum(1)[:, None, :].expand(b, h, len(QUERY_GROUPS))
         return {"mass": mass, "count": count}
+
+    def _layout_parts(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """What the decomposition needs from the roles alone, shared by the layers of a forward: sink index
+        [B, 1, 1, 1] long, found [B, 1, 1, 1] and the sink's role one-hot [B, 1, 1, R] (probs dtype),
+        padding queries [B, 1, Q, 1] bool, query groups [B, Q, 2] float64."""
+        q, k, dev, dtype = event.layout.q, event.layout.k, event.probs.device, event.probs.dtype
+
+        def compute() -> tuple[torch.Tensor, ...]:
+            k_roles, k_valid = k.roles.to(dev), k.valid.to(dev).bool()
+            q_valid = q.valid.to(dev).bool()
+            sink, found = sink_index(k_roles, k_valid)
+            b = k_roles.shape[0]
+            sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], dtype)  # [B, 1, R]
+            return (
+                sink.view(b, 1, 1, 1),
+                found.to(dtype).view(b, 1, 1, 1),
+                sink_role[:, None],
+                ~q_valid[:, None, :, None],
+                _groups(q.roles.to(dev), q_valid),
+            )
+
+        return self._same_layout.get((q.roles, q.valid, k.roles, k.valid, dev, dtype), compute)
 
     def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see.

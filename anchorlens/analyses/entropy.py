@@ -13,7 +13,6 @@ from anchorlens.analyses.base import (
     key_role_mass,
     key_role_plogp,
     mean_of,
-    per_role,
     query_roles,
     visible_key_counts,
     with_all,
@@ -69,22 +68,35 @@ class EntropyReducer(SiteReducer):
         b, h = event.probs.shape[:2]
         content = int(Role.CONTENT)
         q_hot = query_roles(event)  # [B, q, R]
-        q_valid = (q_hot.sum(-1) > 0)[:, None, :]  # [B, 1, q]
+        keys, q_valid = self._visible(event)  # [B, 1, q, 2] (all keys, content keys), [B, 1, q, 1]
         mass, plogp = key_role_mass(event), key_role_plogp(event)  # [B, H, q, R]
-        keys = visible_key_counts(event, self._same_mask)  # [B, q, R]
-        ent = normalized_entropy(plogp.sum(-1), mass.sum(-1), keys.sum(-1)[:, None, :])  # [B, H, q]
-        c_mass = mass[..., content]
-        c_keys = keys[..., content][:, None, :]  # [B, 1, q]
-        c_ent = normalized_entropy(plogp[..., content], c_mass, c_keys)
-        c_ok = (c_keys >= 1) & (c_mass > 0) & q_valid  # [B, H, q]
-        ent = torch.where(q_valid, ent, torch.zeros_like(ent))
-        c_ent = torch.where(c_ok, c_ent, torch.zeros_like(c_ent))
+        # overall and content entropy side by side in the last dim: one pass of the small ops for both
+        both_mass = torch.stack([mass.sum(-1), mass[..., content]], -1)  # [B, H, q, 2]
+        both = normalized_entropy(torch.stack([plogp.sum(-1), plogp[..., content]], -1), both_mass, keys)
+        c_ok = (keys[..., 1:] >= 1) & (both_mass[..., 1:] > 0) & q_valid  # [B, H, q, 1]
+        ok = torch.cat([q_valid.expand_as(c_ok), c_ok], -1)  # [B, H, q, 2]
+        values = torch.cat([torch.where(ok, both, torch.zeros_like(both)), c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
+        sums = torch.einsum("bqr,bhqc->bhcr", q_hot, values.double())  # [B, H, 3, R]
         return {
-            "sum": per_role(q_hot, ent),
+            "sum": sums[:, :, 0],
             "count": q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES),
-            "content_sum": per_role(q_hot, c_ent),
-            "content_count": per_role(q_hot, c_ok),
+            "content_sum": sums[:, :, 1],
+            "content_count": sums[:, :, 2],
         }
+
+    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
+        """Visible keys per query [B, 1, q, 2] (all, content) and valid queries [B, 1, q, 1] bool, shared by
+        the layers of a forward."""
+
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            counts = visible_key_counts(event)  # [B, q, R]
+            keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None]
+            return keys, (query_roles(event).sum(-1) > 0)[:, None, :, None]
+
+        layout = event.layout
+        return self._same_mask.get(
+            (event.visible, layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid, event.probs.dtype), compute
+        )
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
