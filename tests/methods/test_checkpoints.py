@@ -221,7 +221,10 @@ def test_capsule_count_round_trips_with_identical_logits(tiny_base, tmp_path, na
     assert [m["options"]["n"] for m in meta["methods"]] == [2, 3]
     assert load_file(str(path / "guidance.safetensors"))["0.p.decoder"].shape == (L, 2, d)
     loaded = load_checkpoint(path, base)
-    assert [g.describe() for g in loaded.guidances] == ["capsule:pos=last,n=2", "capsule:fusion=prepend,init=random,n=3"]
+    assert [g.describe() for g in loaded.guidances] == [
+        "capsule:pos=last,n=2",
+        "capsule:fusion=prepend,init=random,n=3",
+    ]
     batch = rte_batch(base, "right")
     with torch.no_grad():
         a, b = guided.forward(batch).logits, loaded.forward(batch).logits
