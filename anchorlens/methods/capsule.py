@@ -24,8 +24,9 @@ S_i = p_i + B(A(Mean)) with A [d, r], B [r, d] shared by the layers of a stack (
 Count ablation (``capsule:n=2``, ``capsule:n=4``): n vectors p_i^1..p_i^n per layer, all fused
 with the same Mean: ``add`` inserts the n positions S_i^j = p_i^j + Mean, ``project`` the n
 positions p_i^j + B(A(Mean)), ``prepend`` the n + 1 positions [p_i^1..p_i^n, Mean]; all of them
-are the capsule's own positions S_{i-1} in the next layer's mean. The paper finds one capsule
-per layer enough (more do not improve accuracy), hence the default n = 1.
+are the capsule's own positions S_{i-1} in the next layer's mean. The paper ("All You Need is
+One") finds a single capsule per layer enough (its preliminary study even sees accuracy drop as
+instance-aware tokens are added), hence the default n = 1; ``n`` is there to rerun that ablation.
 
 Parameters: ``p[stack]`` [layers, d] for n = 1 (the layout of checkpoints saved before ``n``
 existed), [layers, n, d] for n > 1; ``down[stack]`` A [d, r] and ``up[stack]`` B [r, d] for
@@ -61,11 +62,11 @@ class CapsuleConfig(MethodConfig):
     context_bounded = ("n",)
 
     fusion: Literal["add", "prepend", "project"] = field(
-        default="add", metadata={"doc": "p + Mean, [p, Mean] as two positions, or p + B(A(Mean))"}
+        default="add", metadata={"doc": "p + Mean, [p, Mean] as n + 1 positions, or p + B(A(Mean))"}
     )
     rank: int = field(default=8, metadata={"doc": "rank r of the project fusion (<= hidden size)"})
     position: str | int = field(default="first", metadata={"doc": "where the capsule goes in each layer's sequence"})
-    init: Literal["zeros", "random"] = field(default="zeros", metadata={"doc": "p starts at 0 or N(0, 0.02)"})
+    init: Literal["zeros", "random"] = field(default="zeros", metadata={"doc": "every p_i^j starts at 0 or N(0, 0.02)"})
     stacks: tuple[str, ...] | None = field(
         default=None, metadata={"doc": "stacks to insert into (encoder/decoder); default all the base supports"}
     )

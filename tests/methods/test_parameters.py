@@ -33,6 +33,19 @@ def test_parameter_counts(tiny_base, name):
     assert [r["trainable"] for r in both.parameter_report()] == [2 * d, L * d]
 
 
+def test_capsule_init_covers_every_vector(tiny_base):
+    base = tiny_base("tiny-llama")
+    L, d = base.num_layers, base.hidden_size
+    zeros = GuidedModel(base, [Capsule(n=4)]).guidances[0].p["decoder"].detach()
+    assert zeros.shape == (L, 4, d) and float(zeros.abs().max()) == 0.0
+    p = GuidedModel(base, [Capsule(n=4, init="random")], seed=2).guidances[0].p["decoder"].detach()
+    assert bool((p.abs().sum(-1) > 0).all())  # every p_i^j drawn
+    assert float(p.std()) == pytest.approx(0.02, rel=0.1) and float(p.mean().abs()) < 0.005
+    assert all(not torch.equal(p[:, 0], p[:, j]) for j in range(1, 4))
+    one = GuidedModel(base, [Capsule(init="random")], seed=2).guidances[0].p["decoder"]
+    assert one.shape == (L, d)  # n = 1 keeps the layout of older checkpoints
+
+
 def test_t5_counts_both_stacks_by_default(tiny_base):
     base = tiny_base("tiny-t5")
     d = base.hidden_size
