@@ -21,8 +21,12 @@ def _random_capsule(base, position: str = "first", options: str = ""):
 
 
 def _p(guided, stack: str) -> torch.Tensor:
-    """The capsule's p for ``stack`` as [layers, n, d] (stored [layers, d] when n = 1)."""
-    p = guided.guidance_state_dict()[f"0.p.{stack}"]
+    """The capsule's p for ``stack``: [layers, d] (n = 1) or [layers, n, d]."""
+    return guided.guidance_state_dict()[f"0.p.{stack}"]
+
+
+def _per_layer(p: torch.Tensor) -> torch.Tensor:
+    """p as [layers, n, d] (n = 1 is stored [layers, d])."""
     return p.unsqueeze(1) if p.dim() == 2 else p
 
 
@@ -47,8 +51,8 @@ def capsule_mean(out: torch.Tensor, valid_with_capsule: torch.Tensor) -> torch.T
 def reference_decoder_only(base, batch, p: torch.Tensor, position: str, fusion: str = "add") -> torch.Tensor:
     """Logits [B, T, V] with S_i spliced before every layer by hand, each layer run by the HF model itself.
 
-    p: [layers, n, d]. S_1 = p_1 + Mean(E) (E: the hidden states entering layer 1), S_i = p_i + Mean(S_{i-1} ⊕ H_{i-1}),
-    with all k inserted positions of layer i-1 in S_{i-1}.
+    p: [layers, d] or [layers, n, d]. S_1 = p_1 + Mean(E) (E: the hidden states entering layer 1),
+    S_i = p_i + Mean(S_{i-1} ⊕ H_{i-1}) with all k inserted positions of layer i-1 in S_{i-1}.
     ``run_block`` evaluates one layer inside a full HF forward over the concatenated T+1 positions, so
     masks (sliding windows included), position ids and rotary (per layer type) are the model's own.
     """
@@ -56,6 +60,7 @@ def reference_decoder_only(base, batch, p: torch.Tensor, position: str, fusion: 
     valid = batch.attention_mask.bool()
     index = _index(batch.attention_mask, position)
     x = run_block(base.model, blocks[0], batch.input_ids, batch.attention_mask, read="input")
+    p = _per_layer(p)
     k = p.shape[1] + (fusion == "prepend")  # positions inserted per layer
     vn = insert_rows(valid, index, torch.ones_like(valid[:, :1]).expand(-1, k))
     mean = masked_mean(x, valid)  # Mean(E)
@@ -84,12 +89,13 @@ def test_capsule_equals_hand_loop_decoder_only(tiny_base, name, padding_side, po
 
 
 def reference_t5(base, batch, p_enc: torch.Tensor, p_dec: torch.Tensor, position: str, fusion: str = "add"):
-    """(encoder output [B, T, d], decoder logits [B, S, V]) of T5 with capsules spliced by hand (p: [layers, n, d])."""
+    """(encoder output [B, T, d], decoder logits [B, S, V]) of T5 with capsules spliced by hand (p: see ``_per_layer``)."""
     m = base.model
     enc, dec = m.encoder, m.decoder
     x = enc.embed_tokens(batch.input_ids)
     valid = batch.attention_mask.bool()
     index = _index(batch.attention_mask, position)
+    p_enc, p_dec = _per_layer(p_enc), _per_layer(p_dec)
     k = p_enc.shape[1] + (fusion == "prepend")  # positions inserted per layer
     pooled = None
     for i, block in enumerate(enc.block):
