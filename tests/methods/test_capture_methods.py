@@ -19,6 +19,8 @@ SPECS = [
     "capsule",
     "capsule:fusion=prepend,pos=last",
     "capsule:fusion=project,pos=after_structural",
+    "capsule:n=2,pos=middle",
+    "capsule:n=2,fusion=prepend,pos=last",
     "prompt:n=3",
     "deep-prompt:n=2,pos=2",
     "prompt:n=2+instance+capsule+deep-prompt:n=1",
@@ -47,7 +49,13 @@ def test_capture_every_method(tiny_base, name, spec):
 
 @pytest.mark.parametrize(
     "spec,role,count",
-    [("capsule", Role.CAPSULE, 1), ("deep-prompt:n=3", Role.SOFT_PROMPT, 3), ("instance:k=2", Role.INSTANCE, 2)],
+    [
+        ("capsule", Role.CAPSULE, 1),
+        ("capsule:n=2", Role.CAPSULE, 2),
+        ("capsule:n=2,fusion=prepend", Role.CAPSULE, 3),
+        ("deep-prompt:n=3", Role.SOFT_PROMPT, 3),
+        ("instance:k=2", Role.INSTANCE, 2),
+    ],
 )
 def test_map_sink_labels_inserted_positions(tiny_base, spec, role, count):
     base = tiny_base("tiny-llama")

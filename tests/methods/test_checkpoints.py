@@ -201,6 +201,59 @@ def test_old_checkpoints_without_newer_options_still_load(tiny_base, tmp_path):
     assert loaded.guidances[1].mean == "capsule+input" and str(loaded.guidances[0].position) == "last"
 
 
+def _perturbed(guided: GuidedModel) -> GuidedModel:
+    """``guided`` with every guidance parameter moved off its init (as if trained)."""
+    with torch.no_grad():
+        for p in guided.trainable_parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
+    return guided
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
+def test_capsule_count_round_trips_with_identical_logits(tiny_base, tmp_path, name):
+    base = tiny_base(name)
+    L, d = base.adapter.num_layers(base.model, "decoder"), base.hidden_size
+    guided = _perturbed(
+        GuidedModel(base, [Capsule(n=2, position="last"), Capsule(n=3, fusion="prepend", init="random")], seed=4)
+    )
+    path = save_checkpoint(guided, tmp_path / "ckpt")
+    meta = json.loads((path / "anchorlens.json").read_text())
+    assert [m["options"]["n"] for m in meta["methods"]] == [2, 3]
+    assert load_file(str(path / "guidance.safetensors"))["0.p.decoder"].shape == (L, 2, d)
+    loaded = load_checkpoint(path, base)
+    assert [g.describe() for g in loaded.guidances] == [
+        "capsule:pos=last,n=2",
+        "capsule:fusion=prepend,init=random,n=3",
+    ]
+    batch = rte_batch(base, "right")
+    with torch.no_grad():
+        a, b = guided.forward(batch).logits, loaded.forward(batch).logits
+    assert torch.equal(a, b)
+    for k, v in guided.guidance_state_dict().items():
+        assert torch.equal(v, loaded.guidance_state_dict()[k])
+
+
+def test_one_capsule_keeps_the_layout_of_checkpoints_saved_before_n(tiny_base, tmp_path):
+    base = tiny_base("tiny-llama")
+    guided = _perturbed(GuidedModel(base, [Capsule(fusion="project", rank=2)], seed=4))
+    path = save_checkpoint(guided, tmp_path / "ckpt")
+    assert load_file(str(path / "guidance.safetensors"))["0.p.decoder"].shape == (base.num_layers, base.hidden_size)
+    _edit(path, lambda meta: meta["methods"][0]["options"].pop("n"))  # written before the n option existed
+    loaded = load_checkpoint(path, base)
+    assert loaded.guidances[0].n == 1
+    batch = rte_batch(base, "left")
+    with torch.no_grad():
+        assert torch.equal(guided.forward(batch).logits, loaded.forward(batch).logits)
+
+
+def test_a_capsule_count_that_does_not_match_the_tensors_is_refused(tiny_base, tmp_path):
+    base = tiny_base("tiny-llama")
+    path = save_checkpoint(GuidedModel(base, [Capsule()]), tmp_path / "ckpt")
+    _edit(path, _set("methods", 0, "options", "n", 2))  # the file holds one vector per layer
+    with pytest.raises(CheckpointError, match=r"methods\[0\] \(capsule:n=2\) hold 256 values; its options need 512"):
+        load_checkpoint(path, base)
+
+
 # ---------------------------------------------------------------------- another base (issue 9)
 def test_a_checkpoint_of_another_model_type_is_refused_even_at_equal_width(tiny_base, tmp_path):
     llama, gpt2 = tiny_base("tiny-llama"), tiny_base("tiny-gpt2")

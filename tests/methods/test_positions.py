@@ -54,6 +54,28 @@ def test_inserted_role_index(tiny_base, padding_side, position, method):
         assert rest == batch.roles[row].tolist()
 
 
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("position", ["first", "middle", "last", 3, -2])
+@pytest.mark.parametrize("fusion,count", [("add", 2), ("prepend", 3), ("project", 2)])
+def test_capsule_count_positions_sit_together_at_every_layer(tiny_base, padding_side, position, fusion, count):
+    """capsule:n=2 inserts n (prepend: n + 1) CAPSULE positions side by side where one capsule would go."""
+    base = tiny_base("tiny-llama")
+    batch = rte_batch(base, padding_side)
+    g = Capsule(n=2, fusion=fusion, position=position)
+    assert g.count() == count
+    provider = GuidedModel(base, [g]).layout(batch)
+    for layer in range(base.num_layers):
+        layout = provider.layout("decoder", layer)
+        assert layout.q.roles.shape == (batch.batch_size, batch.input_ids.shape[1] + count)
+        for row in range(batch.batch_size):
+            roles = layout.q.roles[row].tolist()
+            at = _expected(batch, row, position)
+            assert roles.count(int(Role.CAPSULE)) == count
+            assert roles[at : at + count] == [int(Role.CAPSULE)] * count, (layer, row, roles)
+            assert bool(layout.q.valid[row, at : at + count].all())
+            assert roles[:at] + roles[at + count :] == batch.roles[row].tolist()
+
+
 def test_integer_position_equal_to_length_means_after_last(tiny_base):
     base = tiny_base("tiny-llama")
     batch = rte_batch(base, "right")

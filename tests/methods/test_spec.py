@@ -47,6 +47,9 @@ ROUND_TRIP = [
     "capsule:mean=input",
     "capsule:mean=all",
     "capsule:fusion=prepend,mean=capsule+input",
+    "capsule:n=2",
+    "capsule:fusion=prepend,pos=middle,n=4",
+    "capsule:fusion=project,rank=2,init=random,n=3,pos=7",
     "prompt:n=10+capsule:mean=input+instance:pos=last+prefix",
 ]
 
@@ -65,6 +68,36 @@ def test_every_registered_method_round_trips_with_non_default_values():
         config = cls()
         assert parse_spec(str(config)).parts == (config,)
         assert cls.option_names() and all(f.metadata.get("doc") for f in dataclasses.fields(cls)), cls.name
+
+
+def test_capsule_count_defaults_to_one_and_is_left_out_of_specs():
+    assert CapsuleConfig().n == 1 and Capsule().n == 1 and Capsule().count() == 1
+    assert str(CapsuleConfig()) == "capsule" and str(parse_spec("capsule:n=1")) == "capsule"
+    assert str(CapsuleConfig(fusion="prepend", position="last")) == "capsule:fusion=prepend,pos=last"
+    assert str(CapsuleConfig(n=2)) == "capsule:n=2" and parse_spec("capsule:n=2").parts == (CapsuleConfig(n=2),)
+    old = {"fusion": "add", "rank": 8, "position": "first", "init": "zeros", "stacks": None, "mean": "capsule+input"}
+    assert CapsuleConfig.from_json(old) == CapsuleConfig()  # checkpoints saved before n existed
+    fusions = ("add", "prepend", "project")
+    assert [CapsuleConfig(fusion=f).count() for f in fusions] == [1, 2, 1]
+    assert [CapsuleConfig(n=4, fusion=f).count() for f in fusions] == [4, 5, 4]
+    assert Capsule(n=3, fusion="prepend").config == CapsuleConfig(n=3, fusion="prepend")
+
+
+@pytest.mark.parametrize(
+    "options,needle",
+    [
+        ({"n": 0}, "option n must be >= 1; got n=0"),
+        ({"n": -2}, "option n must be >= 1"),
+        ({"n": True}, "option n needs an integer"),
+        ({"n": 2.0}, "option n needs an integer"),
+    ],
+)
+def test_capsule_count_is_validated(options, needle):
+    with pytest.raises(UsageError) as err:
+        CapsuleConfig(**options)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(UsageError, match="option n of method capsule must be an integer"):
+        CapsuleConfig.from_json({"n": "2"})
 
 
 def test_capsule_plus_inside_an_option_value_is_not_a_composition():
@@ -128,7 +161,9 @@ def test_hub_like_names_fall_back_to_no_such_directory(tiny_base):
         ("capsul", "use base, prompt, deep-prompt"),
         ("capsule:fusion=mix", "choose one of: add, prepend, project"),
         ("capsule:mean=capsule", "choose one of: capsule+input, input, all"),
-        ("capsule:color=red", "valid options: fusion, rank, pos, init, stacks, mean"),
+        ("capsule:color=red", "valid options: fusion, rank, pos, init, stacks, mean, n"),
+        ("capsule:n=0", "option n must be >= 1; got n=0"),
+        ("capsule:n=two", "option n needs an integer"),
         ("instance:k=two", "needs an integer"),
         ("instance:k=0", "must be >= 1"),
         ("instance:pos=somewhere", "first, after_structural"),
@@ -154,6 +189,7 @@ def test_errors_are_one_line_usage_errors(tiny_base, spec, needle):
         ("instance:k=100000000", "k <= 512"),
         ("prefix:n=100000000", "n <= 512"),
         ("capsule:fusion=project,rank=100000000", "rank <= 64"),
+        ("capsule:n=100000000", "n <= 512"),
     ],
 )
 def test_specs_bound_what_they_allocate(tiny_base, spec, needle):
