@@ -99,10 +99,19 @@ def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
         if event.scores is None or event.log_norm is None:
             event.cache["key_role_plogp"] = _per_key_role(torch.xlogy(p, p), k_hot)
         else:
-            event.cache["key_role_plogp"] = (
-                _per_key_role(p * event.scores, k_hot) - key_role_mass(event) * event.log_norm
-            )
+            product = torch.mul(p, event.scores, out=_work_buffer(event))  # [B, H, q, K], consumed at once
+            event.cache["key_role_plogp"] = _per_key_role(product, k_hot) - key_role_mass(event) * event.log_norm
     return event.cache["key_role_plogp"]
+
+
+def _work_buffer(event: AttentionEvent) -> torch.Tensor:
+    """A scratch tensor shaped like the event's probs: the capture's reusable buffer when it lent one
+    (``cache["work"]``, flat), else a fresh tensor (a large allocation per layer costs as much as the
+    product written into it)."""
+    like, buf = event.probs, event.cache.get("work")
+    if buf is None or buf.numel() < like.numel() or buf.dtype != like.dtype or buf.device != like.device:
+        return torch.empty_like(like)
+    return buf[: like.numel()].view(like.shape)
 
 
 def visible_key_counts(event: AttentionEvent, across: IdentityCache | None = None) -> torch.Tensor:

@@ -90,7 +90,7 @@ class DecompositionReducer(SiteReducer):
         # no second pass over [Q, K]: the per-role masses every reducer shares, minus the sink's own mass
         on_sink = probs.gather(-1, sink.expand(b, h, q, 1)) * found  # [B, H, Q, 1]
         to_part = torch.cat([on_sink, key_role_mass(event) - on_sink * sink_role], -1)  # [B, H, Q, P]
-        to_part.masked_fill_(q_padding, 0.0)  # rows of padding queries may be NaN
+        to_part = torch.where(q_padding, 0.0, to_part)  # rows of padding queries may be NaN (where: no broadcast fill)
         mass = torch.einsum("bqg,bhqp->bhgp", q_groups, to_part.double())
         count = q_groups.sum(1)[:, None, :].expand(b, h, len(QUERY_GROUPS))
         return {"mass": mass, "count": count}

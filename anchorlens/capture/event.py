@@ -23,7 +23,9 @@ class AttentionEvent:
     are very negative (always weight them by ``probs``). Both None when the producer did not keep them.
     ``scores`` lives in a buffer the capture reuses for the next layer: read it while consuming the
     event, never keep it (copy what you need). cache: scratch space for one event, where reducers share
-    derived tensors (for example mass per key role) so that work common to several reducers is done once.
+    derived tensors (for example mass per key role) so that work common to several reducers is done once;
+    the capture lends ``cache["work"]``, a flat scratch buffer at least the size of ``probs``, reused by
+    the next event (use it for temporaries consumed within the update).
 
     Chunking contract: when the recompute has a memory budget, one attention call arrives as several
     events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with

@@ -110,8 +110,18 @@ class CaptureSession:
                 q_total,
                 scores,
                 log_norm,
+                cache={"work": self._work_buffer(probs)},
             )
         )
+
+    def _work_buffer(self, probs: torch.Tensor) -> torch.Tensor:
+        """A flat scratch buffer at least as large as ``probs``, lent to the reducers of every event of
+        this forward (``AttentionEvent.cache["work"]``)."""
+        buf = self.scratch.get(("work", probs.device, probs.dtype))
+        if buf is None or buf.numel() < probs.numel():
+            buf = torch.empty(probs.numel(), dtype=probs.dtype, device=probs.device)
+            self.scratch[("work", probs.device, probs.dtype)] = buf
+        return buf
 
 
 def current() -> CaptureSession | None:
