@@ -14,6 +14,15 @@ from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 from tests.methods.helpers import rte_batch
 
 
+def _assert_same_model(guided, loaded, batch) -> None:
+    """Identical logits on ``batch`` and identical guidance tensors."""
+    with torch.no_grad():
+        a, b = guided.forward(batch).logits, loaded.forward(batch).logits
+    assert torch.equal(a, b)
+    for k, v in guided.guidance_state_dict().items():
+        assert torch.equal(v, loaded.guidance_state_dict()[k])
+
+
 def _trained(base) -> GuidedModel:
     """A guided model with nonzero (as if trained) parameters."""
     guided = GuidedModel(
@@ -37,12 +46,7 @@ def test_round_trip_gives_identical_logits(tiny_base, tmp_path, name):
     assert [m["kind"] for m in meta["methods"]] == ["soft_prompt", "capsule", "deep_prompt"]
     loaded = load_checkpoint(path, base)
     assert loaded.config()["methods"] == guided.config()["methods"]
-    batch = rte_batch(base, "left")
-    with torch.no_grad():
-        a, b = guided.forward(batch).logits, loaded.forward(batch).logits
-    assert torch.equal(a, b)
-    for k, v in guided.guidance_state_dict().items():
-        assert torch.equal(v, loaded.guidance_state_dict()[k])
+    _assert_same_model(guided, loaded, rte_batch(base, "left"))
 
 
 def test_checkpoint_loads_its_own_base_and_composes_with_instance(tiny_base, tmp_path):
@@ -225,12 +229,7 @@ def test_capsule_count_round_trips_with_identical_logits(tiny_base, tmp_path, na
         "capsule:pos=last,n=2",
         "capsule:fusion=prepend,init=random,n=3",
     ]
-    batch = rte_batch(base, "right")
-    with torch.no_grad():
-        a, b = guided.forward(batch).logits, loaded.forward(batch).logits
-    assert torch.equal(a, b)
-    for k, v in guided.guidance_state_dict().items():
-        assert torch.equal(v, loaded.guidance_state_dict()[k])
+    _assert_same_model(guided, loaded, rte_batch(base, "right"))
 
 
 def test_one_capsule_keeps_the_layout_of_checkpoints_saved_before_n(tiny_base, tmp_path):
