@@ -25,9 +25,13 @@ def _assert_same_model(guided, loaded, batch) -> None:
 
 def _trained(base) -> GuidedModel:
     """A guided model with nonzero (as if trained) parameters."""
-    guided = GuidedModel(
-        base, [SoftPrompt(3), Capsule(fusion="project", rank=2, position="last"), DeepPrompt(2)], seed=5
+    return _perturbed(
+        GuidedModel(base, [SoftPrompt(3), Capsule(fusion="project", rank=2, position="last"), DeepPrompt(2)], seed=5)
     )
+
+
+def _perturbed(guided: GuidedModel) -> GuidedModel:
+    """``guided`` with every guidance parameter moved off its init (as if trained)."""
     with torch.no_grad():
         for p in guided.trainable_parameters():
             p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
@@ -203,14 +207,6 @@ def test_old_checkpoints_without_newer_options_still_load(tiny_base, tmp_path):
     loaded = load_checkpoint(path, base)
     assert [g.kind for g in loaded.guidances] == ["soft_prompt", "capsule", "instance"]
     assert loaded.guidances[1].mean == "capsule+input" and str(loaded.guidances[0].position) == "last"
-
-
-def _perturbed(guided: GuidedModel) -> GuidedModel:
-    """``guided`` with every guidance parameter moved off its init (as if trained)."""
-    with torch.no_grad():
-        for p in guided.trainable_parameters():
-            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.1)
-    return guided
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-t5"])
