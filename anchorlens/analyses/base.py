@@ -20,7 +20,8 @@ class IdentityCache:
     """The last value computed from a tuple of tensors, reused while the very same tensors come back.
 
     The layers of one forward share their mask and role tensors (the same objects), so work that
-    depends only on them runs once per forward instead of once per layer. Holds one entry.
+    depends only on them runs once per forward instead of once per layer. Holds one entry; the
+    tensors it is keyed on must not be modified in place while they are in use (layouts never are).
     """
 
     def __init__(self) -> None:
@@ -114,17 +115,11 @@ def _work_buffer(event: AttentionEvent) -> torch.Tensor:
     return buf[: like.numel()].view(like.shape)
 
 
-def visible_key_counts(event: AttentionEvent, across: IdentityCache | None = None) -> torch.Tensor:
-    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event
-    (and, with ``across``, reused by the following layers that share the mask and key roles)."""
+def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
+    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event."""
     if "visible_key_counts" not in event.cache:
-
-        def count() -> torch.Tensor:
-            seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
-            return torch.matmul(seen, key_roles(event))
-
-        keys = (event.visible, event.layout.k.roles, event.layout.k.valid, event.probs.dtype)
-        event.cache["visible_key_counts"] = count() if across is None else across.get(keys, count)
+        seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
+        event.cache["visible_key_counts"] = torch.matmul(seen, key_roles(event))
     return event.cache["visible_key_counts"]
 
 
