@@ -177,6 +177,8 @@ def test_sweep_instance_writes_accuracy_and_anchor_metrics(tmp_path):
     # what the instance token receives: positive at first, nothing at last (no later query can see it)
     at = table.set_index(["k", "position"])
     assert at.loc[(1, "first"), "anchor_mass"] > 0 and np.isnan(at.loc[(1, "last"), "anchor_mass"])
+    assert at.loc[0, "anchor_mass"].isna().all() and at.loc[0, "anchor_structural"].isna().all()  # k = 0: no anchor
+    assert (at.loc[0, "sink_mass"] > 0).all()
     assert "fixed by the causal mask" in at.loc[(1, "last"), "fixed"]
     assert at.loc[(1, "last"), "accuracy"] == at.loc[(0, "last"), "accuracy"]  # after the scored token: no effect
     assert {"accuracy.png", "anchor_mass.png"} <= {p.name for p in (out / "figures").iterdir()}

@@ -98,8 +98,8 @@ _ANCHOR_KEYS = ("anchor_mass", "anchor_structural", "sink_mass")
 def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, Any]:
     """Mean over examples, layers and heads of: attention input queries pay to the instance token(s)
     (``anchor_mass``), the instance tokens' own attention to structural tokens (``anchor_structural``),
-    and the attention input queries pay to the sink (``sink_mass``, the first input token). A value
-    the causal mask fixes (e.g. the instance token's attention at ``first``) is NaN and its reason
+    and the attention input queries pay to the sink (``sink_mass``, the first input token). Without
+    an instance token (k = 0) the two anchor values are NaN. A value the causal mask fixes (e.g. the instance token's attention at ``first``) is NaN and its reason
     is in ``fixed`` (``"anchor_structural: fixed by the causal mask: ..."``)."""
     from anchorlens.analyses.headline import SINK_MASS, anchor_metrics
     from anchorlens.workflows.statistics import capture_statistics
@@ -107,7 +107,11 @@ def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, Any
     df = capture_statistics(model, inputs, batch_size=batch_size, anchors=("first_token", "instance"))
     out: dict[str, Any] = {}
     fixed = []
+    has_instance = any(g.kind == "instance" for g in model.guidances)
     for key, m in zip(_ANCHOR_KEYS, (*anchor_metrics("instance"), SINK_MASS)):
+        if key != "sink_mass" and not has_instance:  # k = 0: no anchor, so no anchor mass (not 0.00)
+            out[key] = float("nan")
+            continue
         rows = m.rows(df)
         finite = rows[rows["value"].notna()]
         out[key] = float(finite.groupby("example")["value"].mean().mean()) if len(finite) else float("nan")
