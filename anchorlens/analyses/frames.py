@@ -87,8 +87,7 @@ def head_column(head: pd.Series) -> pd.Series:
     """
     if not pd.api.types.is_numeric_dtype(head.dtype):
         head = head.astype(object).where(head.astype(str).str.strip() != "", None)
-    values = pd.to_numeric(head, errors="raise")
-    out = pd.Series(values, index=head.index).astype("Int64")
+    out = pd.to_numeric(head, errors="raise").astype("Int64")
     return out.mask(out < 0)
 
 

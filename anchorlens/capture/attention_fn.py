@@ -201,17 +201,6 @@ def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, sta
     return vis
 
 
-def _logits_buffer(active: _session.CaptureSession, call: AttentionCall, rows: int, width: int) -> torch.Tensor:
-    """A flat float32 buffer for one chunk's logits [B, width, rows, K], kept for the whole forward."""
-    size = call.query.shape[0] * width * rows * call.key.shape[2]
-    key = ("logits", call.query.device)
-    buf = active.scratch.get(key)
-    if buf is None or buf.numel() < size:
-        buf = torch.empty(size, dtype=torch.float32, device=call.query.device)
-        active.scratch[key] = buf
-    return buf
-
-
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
     """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K] (cast to the value dtype)."""
     b, h, q, k = probs.shape
@@ -284,8 +273,10 @@ def anchorlens_attention_forward(
     parts = []
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
         # the logits live only until the chunk's event is consumed: one buffer serves every layer
-        reuse = active is not None and not torch.is_grad_enabled()
-        buffer = _logits_buffer(active, call, rows, width) if reuse and active is not None else None
+        buffer = None
+        if active is not None and not torch.is_grad_enabled():
+            size = call.query.shape[0] * width * rows * call.key.shape[2]  # [B, width, rows, K]
+            buffer = active.scratch_buffer("logits", size, torch.float32, call.query.device)
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)

@@ -110,17 +110,17 @@ class CaptureSession:
                 q_total,
                 scores,
                 log_norm,
-                cache={"work": self._work_buffer(probs)},
+                cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )
 
-    def _work_buffer(self, probs: torch.Tensor) -> torch.Tensor:
-        """A flat scratch buffer at least as large as ``probs``, lent to the reducers of every event of
-        this forward (``AttentionEvent.cache["work"]``)."""
-        buf = self.scratch.get(("work", probs.device, probs.dtype))
-        if buf is None or buf.numel() < probs.numel():
-            buf = torch.empty(probs.numel(), dtype=probs.dtype, device=probs.device)
-            self.scratch[("work", probs.device, probs.dtype)] = buf
+    def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A flat buffer of at least ``numel`` elements kept for this forward and reused by every layer
+        (``"logits"``: the attention function's logits; ``"work"``: lent to reducers as ``cache["work"]``)."""
+        key = (name, device, dtype)
+        buf = self.scratch.get(key)
+        if buf is None or buf.numel() < numel:
+            buf = self.scratch[key] = torch.empty(numel, dtype=dtype, device=device)
         return buf
 
 

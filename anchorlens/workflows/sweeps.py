@@ -99,7 +99,8 @@ def instance_anchor_summary(model, inputs, batch_size: int = 8) -> dict[str, Any
     """Mean over examples, layers and heads of: attention input queries pay to the instance token(s)
     (``anchor_mass``), the instance tokens' own attention to structural tokens (``anchor_structural``),
     and the attention input queries pay to the sink (``sink_mass``, the first input token). Without
-    an instance token (k = 0) the two anchor values are NaN. A value the causal mask fixes (e.g. the instance token's attention at ``first``) is NaN and its reason
+    an instance token (k = 0) the two anchor values are NaN. A value the causal mask fixes (e.g. the
+    instance token's attention at ``first``) is NaN and its reason
     is in ``fixed`` (``"anchor_structural: fixed by the causal mask: ..."``)."""
     from anchorlens.analyses.headline import SINK_MASS, anchor_metrics
     from anchorlens.workflows.statistics import capture_statistics
