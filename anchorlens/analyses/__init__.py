@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer, role_onehot
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
-from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer, sink_index
+from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer
 from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
-from anchorlens.analyses.first_token import FirstTokenReducer, anchor_key_index
+from anchorlens.analyses.first_token import FirstTokenReducer
 from anchorlens.analyses.frames import (
     ALL,
     COLUMNS,
@@ -41,6 +41,7 @@ from anchorlens.analyses.metrics import (
     structural_attention,
 )
 from anchorlens.analyses.role_flow import RoleFlowReducer
+from anchorlens.analyses.shared import anchor_key_index, sink_index
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,

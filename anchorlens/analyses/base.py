@@ -42,11 +42,6 @@ class IdentityCache:
         return self._value
 
 
-# one-hots of the roles every layer of a forward shares (the layout's tensors are the same objects)
-_QUERY_HOT = IdentityCache()
-_KEY_HOT = IdentityCache()
-
-
 def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
 
@@ -54,78 +49,6 @@ def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = t
     """
     ids = torch.arange(NUM_ROLES, device=roles.device)
     return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
-
-
-def query_roles(event: AttentionEvent) -> torch.Tensor:
-    """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached on the event."""
-    if "q_hot" not in event.cache:
-        q, dev = event.layout.q, event.probs.device
-        event.cache["q_hot"] = _QUERY_HOT.get(
-            (q.roles, q.valid, dev), lambda: role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
-        )
-    return event.cache["q_hot"]
-
-
-def key_roles(event: AttentionEvent) -> torch.Tensor:
-    """[B, K, R] float32 one-hot of the event's key roles (zero rows for padding keys); cached on the event."""
-    if "k_hot" not in event.cache:
-        k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
-        event.cache["k_hot"] = _KEY_HOT.get(
-            (k.roles, k.valid, dev, dtype), lambda: role_onehot(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
-        )
-    return event.cache["k_hot"]
-
-
-def _per_key_role(values: torch.Tensor, k_hot: torch.Tensor) -> torch.Tensor:
-    """Segment sums over key roles: [B, H, q, K] x [B, K, R] -> [B, H, q, R] (one batched matmul)."""
-    b, h, q, k = values.shape
-    return torch.matmul(values.reshape(b, h * q, k), k_hot).view(b, h, q, -1)
-
-
-def key_role_mass(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, q, R] float32: each query's attention mass on valid keys of each role; cached on the event."""
-    if "key_role_mass" not in event.cache:
-        event.cache["key_role_mass"] = _per_key_role(event.probs, key_roles(event))
-    return event.cache["key_role_mass"]
-
-
-def key_role_plogp(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, q, R] float32: sum of p·log p over valid keys of each role; cached on the event.
-
-    With the event's shifted ``scores`` and ``log_norm`` no logarithm over [B, H, q, K] is needed:
-    sum_k p log p = sum_k p s - (sum_k p) log_norm. Without them, ``xlogy``.
-    """
-    if "key_role_plogp" not in event.cache:
-        p, k_hot = event.probs, key_roles(event)
-        if event.scores is None or event.log_norm is None:
-            event.cache["key_role_plogp"] = _per_key_role(torch.xlogy(p, p), k_hot)
-        else:
-            product = torch.mul(p, event.scores, out=_work_buffer(event))  # [B, H, q, K], consumed at once
-            event.cache["key_role_plogp"] = _per_key_role(product, k_hot) - key_role_mass(event) * event.log_norm
-    return event.cache["key_role_plogp"]
-
-
-def _work_buffer(event: AttentionEvent) -> torch.Tensor:
-    """A scratch tensor shaped like the event's probs: the capture's reusable buffer when it lent one
-    (``cache["work"]``, flat), else a fresh tensor (a large allocation per layer costs as much as the
-    product written into it)."""
-    like, buf = event.probs, event.cache.get("work")
-    if buf is None or buf.numel() < like.numel() or buf.dtype != like.dtype or buf.device != like.device:
-        return torch.empty_like(like)
-    return buf[: like.numel()].view(like.shape)
-
-
-def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event."""
-    if "visible_key_counts" not in event.cache:
-        seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_roles(event))
-    return event.cache["visible_key_counts"]
-
-
-def per_role(query_onehot: torch.Tensor, per_query: torch.Tensor) -> torch.Tensor:
-    """Sum a per-query value over the queries of each role: [B, Q, R] x [B, H, Q] -> [B, H, R] float64."""
-    return torch.einsum("bqr,bhq->bhr", query_onehot.double(), per_query.double())
 
 
 def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

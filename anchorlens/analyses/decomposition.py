@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import IdentityCache, SiteReducer, key_role_mass, mean_of, role_onehot
+from anchorlens.analyses.base import IdentityCache, SiteReducer, mean_of, role_onehot
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.shared import SINK_KEY, column_mass_by_query_role, query_counts, sink_index
 from anchorlens.analyses.table import SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
@@ -44,21 +45,9 @@ QUERY_GROUPS: tuple[str, ...] = (INPUT, GUIDANCE)
 _GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
 _INPUT_IDX = [int(r) for r in INPUT_ROLES]
 _VIS_KEYS: tuple[str, ...] = ROLE_NAMES + (SINK,)  # pairs columns
-
-
-def sink_index(key_roles: torch.Tensor, key_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index of each example's first valid input (non-guidance) key: ([B] long, found [B] bool).
-
-    key_roles: [B, K] long; key_valid: [B, K] bool.
-    """
-    ok = key_valid.bool() & (key_roles.unsqueeze(-1) == torch.tensor(_INPUT_IDX, device=key_roles.device)).any(-1)
-    return ok.long().argmax(1), ok.any(1)
-
-
-def _groups(roles: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """[B, Q, 2] float64 one-hot of the query group (input, guidance) of valid queries."""
-    hot = role_onehot(roles, valid, torch.float64)
-    return torch.stack([hot[..., _INPUT_IDX].sum(-1), hot[..., _GUIDANCE_IDX].sum(-1)], -1)
+_GROUP_OF_ROLE = torch.zeros(len(QUERY_GROUPS), NUM_ROLES, dtype=torch.float64)  # [2, R]: query group of each role
+_GROUP_OF_ROLE[0, _INPUT_IDX] = 1.0
+_GROUP_OF_ROLE[1, _GUIDANCE_IDX] = 1.0
 
 
 @register_reducer("decomposition")
@@ -83,39 +72,30 @@ class DecompositionReducer(SiteReducer):
         return {"pairs": (NUM_ROLES, NUM_ROLES + 1), "queries": (NUM_ROLES,)}
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64)."""
-        probs = event.probs
-        b, h, q = probs.shape[:3]
-        sink, found, sink_role, q_padding, q_groups = self._layout_parts(event)
-        # no second pass over [Q, K]: the per-role masses every reducer shares, minus the sink's own mass
-        on_sink = probs.gather(-1, sink.expand(b, h, q, 1)) * found  # [B, H, Q, 1]
-        to_part = torch.cat([on_sink, key_role_mass(event) - on_sink * sink_role], -1)  # [B, H, Q, P]
-        to_part = torch.where(q_padding, 0.0, to_part)  # rows of padding queries may be NaN (where: no broadcast fill)
-        mass = torch.einsum("bqg,bhqp->bhgp", q_groups, to_part.double())
-        count = q_groups.sum(1)[:, None, :].expand(b, h, len(QUERY_GROUPS))
+        """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64), from the shared key-column sums.
+
+        No pass over [Q, K] of its own: the per-role masses of each query role, summed into the two query
+        groups, minus the sink's own mass from the role the sink has.
+        """
+        sums = column_mass_by_query_role(event)  # [B, H, R, C]
+        groups = _GROUP_OF_ROLE.to(sums.device)
+        by_group = torch.matmul(groups, sums)  # [B, H, 2, C]
+        on_sink = by_group[..., SINK_KEY : SINK_KEY + 1]  # [B, H, 2, 1]; zero where an example has no sink
+        mass = torch.cat([on_sink, by_group[..., :NUM_ROLES] - on_sink * self._sink_role(event)], -1)
+        count = torch.matmul(query_counts(event), groups.T)  # [B, H, 2]
         return {"mass": mass, "count": count}
 
-    def _layout_parts(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
-        """What the decomposition needs from the roles alone, shared by the layers of a forward: sink index
-        [B, 1, 1, 1] long, found [B, 1, 1, 1] and the sink's role one-hot [B, 1, 1, R] (probs dtype),
-        padding queries [B, 1, Q, 1] bool, query groups [B, Q, 2] float64."""
-        q, k, dev, dtype = event.layout.q, event.layout.k, event.probs.device, event.probs.dtype
+    def _sink_role(self, event: AttentionEvent) -> torch.Tensor:
+        """[B, 1, 1, R] float64 one-hot of the sink's role (zero where an example has none), shared by the
+        layers of a forward."""
+        k, dev = event.layout.k, event.probs.device
 
-        def compute() -> tuple[torch.Tensor, ...]:
+        def compute() -> torch.Tensor:
             k_roles, k_valid = k.roles.to(dev), k.valid.to(dev).bool()
-            q_valid = q.valid.to(dev).bool()
             sink, found = sink_index(k_roles, k_valid)
-            b = k_roles.shape[0]
-            sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], dtype)  # [B, 1, R]
-            return (
-                sink.view(b, 1, 1, 1),
-                found.to(dtype).view(b, 1, 1, 1),
-                sink_role[:, None],
-                ~q_valid[:, None, :, None],
-                _groups(q.roles.to(dev), q_valid),
-            )
+            return role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], torch.float64)[:, None]
 
-        return self._same_layout.get((q.roles, q.valid, k.roles, k.valid, dev, dtype), compute)
+        return self._same_layout.get((k.roles, k.valid, dev), compute)
 
     def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see.

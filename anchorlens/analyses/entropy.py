@@ -6,19 +6,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import (
-    QUERY_LABELS,
-    IdentityCache,
-    SiteReducer,
-    key_role_mass,
-    key_role_plogp,
-    mean_of,
-    query_roles,
-    visible_key_counts,
-    with_all,
-)
+from anchorlens.analyses.base import QUERY_LABELS, IdentityCache, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.shared import (
+    column_mass,
+    column_plogp,
+    query_counts,
+    query_role_sums,
+    query_roles,
+    visible_key_counts,
+)
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
 
@@ -64,24 +62,22 @@ class EntropyReducer(SiteReducer):
         return {"sum": r, "count": r, "content_sum": r, "content_count": r}
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, q, K] -> four [B, H, R] float64 sums, from segment sums of p and p·log p over key roles."""
-        b, h = event.probs.shape[:2]
+        """probs [B, H, q, K] -> four [B, H, R] float64 sums, from the shared key-column sums of p and p·log p."""
         content = int(Role.CONTENT)
-        q_hot = query_roles(event)  # [B, q, R]
         keys, q_valid = self._visible(event)  # [B, 1, q, 2] (all keys, content keys), [B, 1, q, 1]
-        mass, plogp = key_role_mass(event), key_role_plogp(event)  # [B, H, q, R]
+        mass, plogp = column_mass(event)[..., :NUM_ROLES], column_plogp(event)[..., :NUM_ROLES]  # [B, H, q, R]
         # overall and content entropy side by side in the last dim: one pass of the small ops for both
         both_mass = torch.stack([mass.sum(-1), mass[..., content]], -1)  # [B, H, q, 2]
         both = normalized_entropy(torch.stack([plogp.sum(-1), plogp[..., content]], -1), both_mass, keys)
         c_ok = (keys[..., 1:] >= 1) & (both_mass[..., 1:] > 0) & q_valid  # [B, H, q, 1]
         ok = torch.cat([q_valid.expand_as(c_ok), c_ok], -1)  # [B, H, q, 2]
-        values = torch.cat([torch.where(ok, both, torch.zeros_like(both)), c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
-        sums = torch.einsum("bqr,bhqc->bhcr", q_hot, values.double())  # [B, H, 3, R]
+        values = torch.cat([torch.where(ok, both, 0.0), c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
+        sums = query_role_sums(event, values)  # [B, H, R, 3]
         return {
-            "sum": sums[:, :, 0],
-            "count": q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES),
-            "content_sum": sums[:, :, 1],
-            "content_count": sums[:, :, 2],
+            "sum": sums[..., 0],
+            "count": query_counts(event),
+            "content_sum": sums[..., 1],
+            "content_count": sums[..., 2],
         }
 
     def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:

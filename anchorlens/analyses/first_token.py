@@ -6,25 +6,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, per_role, query_roles, with_all
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, long_frame
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.shared import (
+    FIRST_KEY,
+    anchor_key_index,
+    column_mass_by_query_role,
+    query_counts,
+    query_role_sums,
+)
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import NUM_ROLES
-
-
-def anchor_key_index(key_valid: torch.Tensor, position: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Index of each example's ``position``-th valid key (negative counts from the last).
-
-    key_valid: [B, K] bool. Returns (index [B] long, found [B] bool); ``found`` is False where the
-    example has too few valid keys.
-    """
-    valid = key_valid.bool()
-    rank = valid.long().cumsum(1)  # [B, K]: 1-based rank of each valid key
-    n_valid = rank[:, -1] if rank.shape[1] else torch.zeros(valid.shape[0], dtype=torch.long, device=valid.device)
-    wanted = n_valid + position if position < 0 else torch.full_like(n_valid, position)
-    hit = valid & (rank == (wanted + 1).unsqueeze(1))
-    return hit.long().argmax(1), hit.any(1)
 
 
 @register_reducer("first_token")
@@ -53,17 +46,21 @@ class FirstTokenReducer(SiteReducer):
         return {"sum": (NUM_ROLES,), "count": (NUM_ROLES,)}
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, Q, K] -> sum [B, H, R], count [B, H, R] (float64)."""
+        """probs [B, H, Q, K] -> sum [B, H, R], count [B, H, R] (float64).
+
+        The first valid key is a column of the shared key-column sums; another anchor is gathered.
+        """
         probs = event.probs
         b, h, q, _ = probs.shape
         dev = probs.device
-        k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position or 0)
-        q_valid = event.layout.q.valid.to(dev).bool() & found[:, None]  # [B, q]
-        mass = probs.gather(-1, k_index.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, q]
-        mass = torch.where(q_valid[:, None, :], mass, torch.zeros_like(mass))
-        q_hot = query_roles(event) * found[:, None, None]  # [B, q, R]
-        count = q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES)
-        return {"sum": per_role(q_hot, mass), "count": count}
+        if not self.anchor_position:
+            found = event.layout.k.valid.to(dev).bool().any(1)
+            total = column_mass_by_query_role(event)[..., FIRST_KEY]  # zero where no key was found
+        else:
+            k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position)
+            mass = probs.gather(-1, k_index.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, q]
+            total = query_role_sums(event, mass * found.view(b, 1, 1).to(mass.dtype))
+        return {"sum": total, "count": query_counts(event) * found.view(b, 1, 1)}
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, key_role_mass, mean_of, query_roles, with_all
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import long_frame
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.shared import column_mass_by_query_role, query_counts
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 
@@ -32,16 +33,8 @@ class RoleFlowReducer(SiteReducer):
         return {"mass": (NUM_ROLES, NUM_ROLES), "count": (NUM_ROLES,)}
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, q, K] -> mass [B, H, R, R], count [B, H, R] (float64), via segment sums over key roles."""
-        b, h = event.probs.shape[:2]
-        q_hot = query_roles(event)  # [B, q, R]
-        to_role = key_role_mass(event)  # [B, H, q, R]
-        # rows of padding queries may be NaN (fully masked softmax); drop them before weighting
-        q_valid = q_hot.sum(-1) > 0  # [B, q]
-        to_role = torch.where(q_valid[:, None, :, None], to_role, torch.zeros_like(to_role))
-        mass = torch.einsum("bqs,bhqr->bhsr", q_hot, to_role.double())
-        count = q_hot.sum(1)[:, None, :].expand(b, h, NUM_ROLES)
-        return {"mass": mass, "count": count}
+        """probs [B, H, q, K] -> mass [B, H, R, R], count [B, H, R] (float64), from the shared key-column sums."""
+        return {"mass": column_mass_by_query_role(event)[..., :NUM_ROLES], "count": query_counts(event)}
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

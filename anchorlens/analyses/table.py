@@ -41,11 +41,16 @@ class SiteTable:
         rows = [self._rows.setdefault(int(e), len(self._rows)) for e in example_ids.tolist()]
         cols = [self._cols.setdefault(int(h), len(self._cols)) for h in heads.tolist()]
         self._reserve()
-        r = torch.tensor(rows, dtype=torch.long).view(-1, 1)
-        c = torch.tensor(cols, dtype=torch.long).view(1, -1)
+        # the common case (new examples in order, every head in order) is a slice: no scatter
+        r0, c0 = rows[0] if rows else 0, cols[0] if cols else 0
+        block = rows == list(range(r0, r0 + len(rows))) and cols == list(range(c0, c0 + len(cols)))
+        index = None if block else (torch.tensor(rows).view(-1, 1), torch.tensor(cols).view(1, -1))
         for name, value in values.items():
             value = value.detach().to(device="cpu", dtype=torch.float64)
-            self.arrays[name].index_put_((r, c), value, accumulate=True)
+            if index is None:
+                self.arrays[name][r0 : r0 + len(rows), c0 : c0 + len(cols)] += value
+            else:
+                self.arrays[name].index_put_(index, value, accumulate=True)
 
     def merge(self, other: SiteTable) -> None:
         """Add another table's sums (same shapes) into this one."""

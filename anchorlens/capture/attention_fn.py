@@ -129,15 +129,16 @@ def chunk_probs(
     stop: int,
     heads: torch.Tensor | None,
     vis: Visibility | None = None,
-    buffer: torch.Tensor | None = None,
+    buffers: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Visibility]:
-    """Probabilities and shifted logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
+    """Probabilities and logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
 
     Mirrors eager attention: softmax(softcap(q·kᵀ·scaling) + bias + mask [, sink]) in float32. Rows of
-    queries that see no key are all zero. The logits come back shifted so that each row's maximum over
-    keys is 0 (very negative where not visible), with log p = logits - log_norm: no logarithm over [q, K].
-    ``buffer``: optional flat float32 tensor of at least B·H_sel·q·K elements that receives the logits
-    (reusing one buffer across layers saves a large allocation per call; never with autograd).
+    queries that see no key are all zero. The logits are very negative (finite) where not visible, and
+    log p = logits - log_norm wherever p > 0: no logarithm over [q, K].
+    ``buffers``: optional (logits, probs) flat float32 tensors of at least B·H_sel·q·K elements each that
+    receive the two [q, K] results (reusing them across layers saves two large allocations, and their
+    page faults, per call; never with autograd).
     """
     query = call.query[:, :, start:stop]
     key = call.key
@@ -155,16 +156,16 @@ def chunk_probs(
         groups = call.groups
     b, h, q, d = query.shape
     kv = key.shape[1]
-    # scaling the (small) queries instead of the [q, K] scores; grouped heads share their key:
-    # [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
-    scaled = (query.float() * call.scaling).reshape(b, kv, groups * q, d)
-    keys_t = key.float().transpose(-1, -2)
+    # scaling the keys (fewer than the queries with grouped heads) instead of the [q, K] scores; grouped
+    # heads share their key: [B, H_kv, G*q, D] x [B, H_kv, D, K] needs no repeated keys
+    rows = query.float().reshape(b, kv, groups * q, d)
+    keys_t = (key.float() * call.scaling).transpose(-1, -2)
     k_len = keys_t.shape[-1]
-    if buffer is not None:
-        out = buffer[: b * h * q * k_len].view(b, kv, groups * q, k_len)
-        scores = torch.matmul(scaled, keys_t, out=out).view(b, h, q, k_len)
+    if buffers is not None:
+        out = buffers[0][: b * h * q * k_len].view(b, kv, groups * q, k_len)
+        scores = torch.matmul(rows, keys_t, out=out).view(b, h, q, k_len)
     else:
-        scores = torch.matmul(scaled, keys_t).view(b, h, q, k_len)
+        scores = torch.matmul(rows, keys_t).view(b, h, q, k_len)
     if call.softcap is not None:
         scores.div_(call.softcap).tanh_().mul_(call.softcap)
     if bias is not None:
@@ -176,17 +177,19 @@ def chunk_probs(
     else:
         scores.add_(vis.bias)  # finite logits + _NEG stay finite (no -inf, so p * logits is never NaN)
     top = scores.amax(dim=-1, keepdim=True)  # values only: several times cheaper than max() with indices
-    scores.sub_(top)  # softmax is shift-invariant; the shifted logits give log p cheaply
     if sinks is not None:
-        logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1) - top], dim=-1)
+        logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1).expand(b, h, q, 1)], dim=-1)
         probs = torch.softmax(logits, dim=-1)[..., :k_len]
         del logits
+    elif buffers is not None:
+        probs = buffers[1][: b * h * q * k_len].view(b, h, q, k_len)
+        torch.ops.aten._softmax.out(scores, -1, False, out=probs)
     else:
         probs = torch.softmax(scores, dim=-1)
     if vis.empty is not None:
         probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
-    # the top key has shifted logit 0 and the largest probability, so log Z = -log max_k p_k
-    log_norm = probs.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_()
+    # the top key has the largest logit and probability: p_top = exp(top - log Z), so log Z = top - log p_top
+    log_norm = probs.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_().add_(top)
     return probs, scores, log_norm, vis
 
 
@@ -272,15 +275,20 @@ def anchorlens_attention_forward(
     rows = chunk_rows(call, width, budget)
     parts = []
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
-        # the logits live only until the chunk's event is consumed: one buffer serves every layer
-        buffer = None
+        # logits and probabilities live only until the chunk's event is consumed: one pair of buffers
+        # serves every layer
+        buffers = None
         if active is not None and not torch.is_grad_enabled():
             size = call.query.shape[0] * width * rows * call.key.shape[2]  # [B, width, rows, K]
-            buffer = active.scratch_buffer("logits", size, torch.float32, call.query.device)
+            dev = call.query.device
+            buffers = (
+                active.scratch_buffer("logits", size, torch.float32, dev),
+                active.scratch_buffer("probs", size, torch.float32, dev),
+            )
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
-            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffer)
+            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffers)
             if eager:
                 parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:

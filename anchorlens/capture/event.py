@@ -17,12 +17,12 @@ class AttentionEvent:
     heads, whose model indices are ``heads`` ([H] long). visible: [B|1, 1, q, K] bool, which keys each
     query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
     ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
-    scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask) shifted so that
-    each row's maximum over keys is 0, and log_norm: [B, H, q, 1] float32 the log of the softmax
-    normaliser (sink included), so that log probs = scores - log_norm where probs > 0; elsewhere scores
-    are very negative (always weight them by ``probs``). Both None when the producer did not keep them.
-    ``scores`` lives in a buffer the capture reuses for the next layer: read it while consuming the
-    event, never keep it (copy what you need). cache: scratch space for one event, where reducers share
+    scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask), and log_norm:
+    [B, H, q, 1] float32 the log of the softmax normaliser (sink included), so that log probs = scores -
+    log_norm where probs > 0; elsewhere scores are very negative (always weight them by ``probs``).
+    Both None when the producer did not keep them. ``probs`` and ``scores`` live in buffers the capture
+    reuses for the next attention call (no large allocation per layer): read them while consuming the
+    event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
     derived tensors (for example mass per key role) so that work common to several reducers is done once;
     the capture lends ``cache["work"]``, a flat scratch buffer at least the size of ``probs``, reused by
     the next event (use it for temporaries consumed within the update).

@@ -21,7 +21,7 @@ class Sink(Protocol):
     """Receives every captured attention event."""
 
     def consume(self, event: AttentionEvent) -> None:
-        """Handle one event (reduce it, store it...)."""
+        """Handle one event (reduce it, or store a copy: its probs and scores are reused buffers)."""
         ...
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 
@@ -12,7 +14,9 @@ class Collect:
         self.events: list = []
 
     def consume(self, event) -> None:
-        self.events.append(event)
+        # probs and logits live in buffers the capture reuses for the next call: keep copies
+        scores = None if event.scores is None else event.scores.clone()
+        self.events.append(replace(event, probs=event.probs.clone(), scores=scores, cache={}))
 
 
 def eager_attentions(base, batch) -> dict:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from anchorlens.tasks import bundled_examples, get_task
@@ -14,7 +16,9 @@ class Collect:
         self.events: list = []
 
     def consume(self, event) -> None:
-        self.events.append(event)
+        # probs and logits live in buffers the capture reuses for the next call: keep copies
+        scores = None if event.scores is None else event.scores.clone()
+        self.events.append(replace(event, probs=event.probs.clone(), scores=scores, cache={}))
 
 
 def rte_batch(base, padding_side: str = "right", n: int = 3):
