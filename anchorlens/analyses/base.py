@@ -17,29 +17,32 @@ QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
 
 
 class IdentityCache:
-    """The last value computed from a tuple of tensors, reused while the very same tensors come back.
+    """Values computed from tuples of tensors, reused while the very same tensors come back.
 
-    The layers of one forward share their mask and role tensors (the same objects), so work that
-    depends only on them runs once per forward instead of once per layer. Holds one entry; the
-    tensors it is keyed on must not be modified in place while they are in use (layouts never are).
+    The layers of one forward share their mask and role tensors (the same objects, one set per query
+    chunk), so work that depends only on them runs once per forward and chunk instead of once per layer.
+    Holds up to ``size`` entries (then starts over); an entry keeps its tensors alive, so their ids
+    cannot be reused meanwhile. The tensors must not be modified in place while in use (layouts never are).
     """
 
-    def __init__(self) -> None:
-        self._keys: tuple = ()
-        self._value: object = None
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._entries: dict[tuple, tuple[tuple, object]] = {}
 
     def get(self, keys: tuple, compute):
-        """``compute()`` unless ``keys`` are what they were last time (then the cached value).
+        """``compute()`` unless ``keys`` were seen before (then the cached value).
 
         Tensors must be the very same objects; other keys (devices, dtypes) compare equal.
         """
-        same = len(keys) == len(self._keys) and all(
-            a is b or (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b)
-            for a, b in zip(keys, self._keys, strict=True)
-        )
-        if not same:
-            self._value, self._keys = compute(), keys
-        return self._value
+        ident = tuple(id(k) if isinstance(k, torch.Tensor) else k for k in keys)
+        hit = self._entries.get(ident)
+        if hit is not None and all(a is b for a, b in zip(hit[0], keys, strict=True) if isinstance(a, torch.Tensor)):
+            return hit[1]
+        if len(self._entries) >= self._size:
+            self._entries.clear()
+        value = compute()
+        self._entries[ident] = (keys, value)
+        return value
 
 
 def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

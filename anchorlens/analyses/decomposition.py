@@ -110,8 +110,9 @@ class DecompositionReducer(SiteReducer):
     @staticmethod
     def _count_visible(event: AttentionEvent) -> dict[str, torch.Tensor]:
         """The uncached :meth:`_visibility`."""
-        dev = event.probs.device
-        k_roles, k_valid = event.layout.k.roles.to(dev), event.layout.k.valid.to(dev).bool()
+        dev, covered = event.probs.device, event.key_count  # keys after the covered ones are hidden: not seen
+        k_roles = event.layout.k.roles.to(dev)[:, :covered]
+        k_valid = event.layout.k.valid.to(dev).bool()[:, :covered]
         q_valid = event.layout.q.valid.to(dev).bool()
         sink, found = sink_index(k_roles, k_valid)
         b = k_roles.shape[0]

@@ -58,8 +58,10 @@ class FirstTokenReducer(SiteReducer):
             total = column_mass_by_query_role(event)[..., FIRST_KEY]  # zero where no key was found
         else:
             k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position)
-            mass = probs.gather(-1, k_index.view(b, 1, 1, 1).expand(b, h, q, 1)).squeeze(-1)  # [B, H, q]
-            total = query_role_sums(event, mass * found.view(b, 1, 1).to(mass.dtype))
+            covered = found & (k_index < event.key_count)  # an anchor after the covered keys is hidden: mass 0
+            index = torch.where(covered, k_index, 0).view(b, 1, 1, 1).expand(b, h, q, 1)
+            mass = probs.gather(-1, index).squeeze(-1)  # [B, H, q]
+            total = query_role_sums(event, mass * covered.view(b, 1, 1).to(mass.dtype))
         return {"sum": total, "count": query_counts(event) * found.view(b, 1, 1)}
 
     def _site_frame(

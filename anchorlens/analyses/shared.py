@@ -67,12 +67,14 @@ def _columns(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> to
 
 
 def key_columns(event: AttentionEvent) -> torch.Tensor:
-    """[B, K, C] float (probs dtype): key roles one-hot (zero rows for padding), first valid key, sink."""
+    """[B, K', C] float (probs dtype): key roles one-hot (zero rows for padding), first valid key, sink, for the
+    K' keys the event's probabilities cover (found among all the layout's keys)."""
     if "key_columns" not in event.cache:
         k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
-        event.cache["key_columns"] = _COLUMNS.get(
+        every = _COLUMNS.get(
             (k.roles, k.valid, dev, dtype), lambda: _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
         )
+        event.cache["key_columns"] = every[:, : event.key_count]
     return event.cache["key_columns"]
 
 
@@ -126,7 +128,9 @@ def _work_buffer(event: AttentionEvent) -> torch.Tensor:
 
 
 def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event."""
+    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event.
+
+    Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
         seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
         event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[..., :NUM_ROLES])

@@ -37,6 +37,9 @@ _NEG = torch.finfo(torch.float32).min
 # float32 buffers of size [B, H, q, K] alive at once per chunk: scores, probs, the softmax temporary, and a
 # reducer temporary (p·scores for entropy)
 _BUFFERS_PER_CHUNK = 4
+# causal calls are split into query chunks of at least this many probabilities, at most this many chunks
+_MIN_CHUNK_ELEMENTS = 1 << 20
+_MAX_CAUSAL_CHUNKS = 16
 
 
 @dataclass(frozen=True)
@@ -95,10 +98,12 @@ def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
 class Visibility:
     """Visibility of one query chunk, shared by every layer that gets the same mask.
 
-    visible: [B|1, 1, q, K] bool; hidden: its negation; bias: [B|1, 1, q, K] float32, 0 where visible and
-    a very negative finite number elsewhere (adding it is several times cheaper than a boolean
-    ``masked_fill`` broadcast over heads); empty: [B|1, 1, q, 1] bool, queries that see no key, or None
-    when every query sees one.
+    Covers the key prefix ``0:key_stop`` that holds every key some query of the chunk may see (a causal
+    chunk sees no key after its last query, so the masked upper triangle is never computed).
+    visible: [B|1, 1, q, key_stop] bool; hidden: its negation; bias: [B|1, 1, q, key_stop] float32, 0
+    where visible and a very negative finite number elsewhere (adding it is several times cheaper than a
+    boolean ``masked_fill`` broadcast over heads); empty: [B|1, 1, q, 1] bool, queries that see no key, or
+    None when every query sees one.
     """
 
     visible: torch.Tensor
@@ -106,21 +111,37 @@ class Visibility:
     bias: torch.Tensor
     empty: torch.Tensor | None
 
+    @property
+    def key_stop(self) -> int:
+        """Keys ``key_stop:`` are hidden from every query of the chunk."""
+        return self.visible.shape[-1]
+
     @classmethod
     def of(cls, call: AttentionCall, start: int, stop: int) -> Visibility:
         """Compute the visibility of queries ``start:stop``."""
         visible = visible_keys(call, start, stop)
+        seen = visible.flatten(0, -2).any(0).nonzero()  # keys any query of the chunk sees
+        visible = visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
         hidden = ~visible
         bias = torch.zeros(visible.shape, dtype=torch.float32, device=visible.device).masked_fill_(hidden, _NEG)
         empty = ~visible.any(dim=-1, keepdim=True)
         return cls(visible, hidden, bias, empty if bool(empty.any()) else None)
 
 
-def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int) -> int:
-    """Queries per chunk so that the float32 buffers [B, heads, rows, K] fit ``budget_bytes``."""
-    b, k = call.query.shape[0], call.key.shape[2]
+def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int, causal: bool = False) -> int:
+    """Queries per chunk so that the float32 buffers [B, heads, rows, K] fit ``budget_bytes``.
+
+    With ``causal`` attention, smaller chunks skip more of the hidden upper triangle (a chunk needs only
+    the keys up to its last query: 2 chunks compute 3/4 of the square, 8 chunks 9/16), at a fixed cost per
+    chunk; chunks stay at least ``_MIN_CHUNK_ELEMENTS`` probabilities and at most ``_MAX_CAUSAL_CHUNKS``.
+    """
+    b, q, k = call.query.shape[0], call.query.shape[2], call.key.shape[2]
     per_row = b * max(heads, 1) * (k + 1) * 4 * _BUFFERS_PER_CHUNK
-    return max(1, min(call.query.shape[2], budget_bytes // per_row))
+    rows = max(1, min(q, budget_bytes // per_row))
+    if causal:
+        least = -(-_MIN_CHUNK_ELEMENTS // (b * max(heads, 1) * k))
+        rows = min(rows, max(least, -(-q // _MAX_CAUSAL_CHUNKS)))
+    return rows
 
 
 def chunk_probs(
@@ -140,8 +161,9 @@ def chunk_probs(
     receive the two [q, K] results (reusing them across layers saves two large allocations, and their
     page faults, per call; never with autograd).
     """
+    vis = vis if vis is not None else Visibility.of(call, start, stop)
     query = call.query[:, :, start:stop]
-    key = call.key
+    key = call.key[:, :, : vis.key_stop]
     bias = call.position_bias
     sinks = call.sinks
     if heads is not None:
@@ -170,7 +192,6 @@ def chunk_probs(
         scores.div_(call.softcap).tanh_().mul_(call.softcap)
     if bias is not None:
         scores.add_(bias[..., start:stop, :k_len].float())
-    vis = vis if vis is not None else Visibility.of(call, start, stop)
     if call.mask is not None and call.mask.dtype != torch.bool:
         scores.add_(call.mask[..., start:stop, :k_len].float().clamp_min(_NEG))
         scores.masked_fill_(vis.hidden, _NEG)  # hidden logits exactly _NEG, never -inf
@@ -205,11 +226,11 @@ def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, sta
 
 
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
-    """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K] (cast to the value dtype)."""
+    """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K'] of the first K' keys (value dtype)."""
     b, h, q, k = probs.shape
     kv = call.value.shape[1]
     weights = torch.nn.functional.dropout(probs, p=dropout, training=training).to(call.value.dtype)
-    out = torch.matmul(weights.reshape(b, kv, (h // kv) * q, k), call.value)  # [B, H_kv, G*q, D]
+    out = torch.matmul(weights.reshape(b, kv, (h // kv) * q, k), call.value[:, :, :k])  # [B, H_kv, G*q, D]
     return out.view(b, h, q, -1).transpose(1, 2)
 
 
@@ -272,7 +293,7 @@ def anchorlens_attention_forward(
             return output, None
     width = query.shape[1] if eager or heads is None else heads.numel()
     budget = active.options.memory_budget if active is not None else DEFAULT_MEMORY_BUDGET
-    rows = chunk_rows(call, width, budget)
+    rows = chunk_rows(call, width, budget, causal=bool(causal) and active is not None)
     parts = []
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
         # logits and probabilities live only until the chunk's event is consumed: one pair of buffers

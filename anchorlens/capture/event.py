@@ -13,10 +13,12 @@ from anchorlens.roles.layout import Layout
 class AttentionEvent:
     """Attention probabilities of one (stack, layer) for one batch, possibly for a slice of its queries.
 
-    probs: [B, H, q, K] float32, rows sum to 1 over visible keys (0 elsewhere); only the selected
-    heads, whose model indices are ``heads`` ([H] long). visible: [B|1, 1, q, K] bool, which keys each
-    query may attend to (causal, window and padding masks combined). layout: roles of *these* queries
-    ([B, q]) and of all keys ([B, K]). example_ids: [B] long, the examples' dataset indices.
+    probs: [B, H, q, K'] float32 over the first K' <= K keys (K' < K when the keys after K' are hidden
+    from every query of the event: a causal chunk of queries sees no later key), rows sum to 1 over
+    visible keys (0 elsewhere); only the selected heads, whose model indices are ``heads`` ([H] long).
+    visible: [B|1, 1, q, K'] bool, which of those keys each query may attend to (causal, window and
+    padding masks combined). layout: roles of *these* queries ([B, q]) and of all K keys ([B, K]); use
+    :attr:`key_count` (K') and :meth:`full_probs` rather than assuming K' = K. example_ids: [B] long, the examples' dataset indices.
     scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask), and log_norm:
     [B, H, q, 1] float32 the log of the softmax normaliser (sink included), so that log probs = scores -
     log_norm where probs > 0; elsewhere scores are very negative (always weight them by ``probs``).
@@ -56,6 +58,16 @@ class AttentionEvent:
     def key_valid(self) -> torch.Tensor:
         """[B, K] bool: keys that are real positions (not padding)."""
         return self.layout.k.valid
+
+    @property
+    def key_count(self) -> int:
+        """K': how many leading keys ``probs`` covers (the rest are hidden from these queries)."""
+        return self.probs.shape[-1]
+
+    def full_probs(self) -> torch.Tensor:
+        """[B, H, q, K] probabilities over all the layout's keys (zeros appended for hidden trailing keys)."""
+        missing = self.layout.k.roles.shape[1] - self.key_count
+        return torch.nn.functional.pad(self.probs, (0, missing)) if missing else self.probs
 
     @property
     def is_first_chunk(self) -> bool:

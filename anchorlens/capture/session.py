@@ -80,23 +80,21 @@ class CaptureSession:
         scores: torch.Tensor | None = None,
         log_norm: torch.Tensor | None = None,
     ) -> None:
-        """Build the event for ``probs`` [B, H, q, K] (queries ``query_start:query_start+q``) and hand it on."""
+        """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
+        and hand it on."""
         heads = self.heads_tensor(probs.device)
         if heads is None:
             heads = torch.arange(probs.shape[1], device=probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
         q_len = probs.shape[2]
-        if query_start + q_len > q_total or layout.k.roles.shape[1] != probs.shape[3]:
+        if query_start + q_len > q_total or probs.shape[3] > layout.k.roles.shape[1]:
             raise RuntimeError(
                 f"capture at {site.name}: attention is {tuple(probs.shape[2:])} (queries, keys) from query "
                 f"{query_start} but the layout knows {q_total} queries and {layout.k.roles.shape[1]} keys"
             )
         if q_len != q_total:
-            stop = query_start + q_len
-            layout = Layout(
-                SequenceRoles(layout.q.roles[:, query_start:stop], layout.q.valid[:, query_start:stop]), layout.k
-            )
+            layout = self._query_slice(layout, query_start, query_start + q_len)
         self.sink.consume(
             AttentionEvent(
                 site.stack,
@@ -113,6 +111,17 @@ class CaptureSession:
                 cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )
+
+    def _query_slice(self, layout: Layout, start: int, stop: int) -> Layout:
+        """``layout`` restricted to queries ``start:stop``; the same objects for every layer of the forward
+        (so that reducers' per-forward caches, keyed on tensor identity, hit)."""
+        source = (layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid)
+        key = ("query_slice", *map(id, source), start, stop)
+        hit = self.scratch.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], source, strict=True)):
+            q = SequenceRoles(layout.q.roles[:, start:stop], layout.q.valid[:, start:stop])
+            hit = self.scratch[key] = (source, Layout(q, layout.k))  # keeps the tensors alive: ids stay unique
+        return hit[1]
 
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat buffer of at least ``numel`` elements kept for this forward and reused by every layer

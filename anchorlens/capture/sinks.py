@@ -62,7 +62,7 @@ class MapSink:
                 continue
             qv = event.layout.q.valid[row]
             kv = event.layout.k.valid[row]
-            probs = event.probs[row][:, qv][:, :, kv].detach().cpu().clone()  # [H, q_valid, K_valid]
+            probs = event.full_probs()[row][:, qv][:, :, kv].detach().cpu().clone()  # [H, q_valid, K_valid]
             q_roles = event.layout.q.roles[row][qv].cpu()
             site = self._parts.setdefault(ex, {}).setdefault(event.stack, {})
             if not event.is_first_chunk and event.layer in site:

@@ -110,7 +110,7 @@ def _eager(model, ids, mask):
 def _assemble(events, layer: int) -> torch.Tensor:
     """[B, H, Q, K] of one layer from its (possibly chunked) events."""
     parts = sorted((e for e in events if e.layer == layer), key=lambda e: e.query_start)
-    return torch.cat([e.probs for e in parts], dim=2)
+    return torch.cat([e.full_probs() for e in parts], dim=2)
 
 
 FAMILIES = ["gemma2", "gemma3", "mistral", "gpt_oss"]

@@ -38,15 +38,34 @@ def test_chunks_cover_every_query_once_and_match_eager(tiny_base, mode):
         assert [e.query_start for e in events] == sorted(e.query_start for e in events)
         assert events[0].is_first_chunk and events[-1].is_last_chunk
         assert sum(e.probs.shape[2] for e in events) == q_total
-        probs = torch.cat([e.probs for e in events], dim=2)
+        # causal chunks cover only the keys up to their last query: the hidden triangle is never computed
+        assert [e.key_count for e in events] == [min(q_total, e.query_start + e.probs.shape[2]) for e in events]
+        probs = torch.cat([e.full_probs() for e in events], dim=2)
         rows = batch.attention_mask.bool()[:, None, :, None]
         assert float(((probs - reference[layer]).abs() * rows).max()) <= 1e-5
 
 
-@pytest.mark.parametrize("name, options", [("role_flow", {}), ("first_token", {}), ("entropy", {"anchor_role": None})])
-def test_reducers_sum_across_chunks(tiny_base, name, options):
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize(
+    "name, options",
+    [
+        ("role_flow", {}),
+        ("first_token", {}),
+        ("first_token", {"anchor_position": 5}),
+        ("first_token", {"anchor_position": -1}),
+        ("entropy", {"anchor_role": None}),
+        ("decomposition", {}),
+    ],
+)
+def test_reducers_sum_across_chunks(tiny_base, name, options, padding_side):
+    """Chunks of queries over key prefixes (anchors after a chunk's keys included) add up to the whole call."""
     base = tiny_base("tiny-llama")
-    batch = _batch(base, 4)
+    old = base.tokenizer.padding_side
+    base.tokenizer.padding_side = padding_side
+    try:
+        batch = _batch(base, 4)
+    finally:
+        base.tokenizer.padding_side = old
     whole, chunked = make_reducer(name, **options), make_reducer(name, **options)
     capture_batch(base, batch, StreamSink([whole]), need_logits=False)
     capture_batch(base, batch, StreamSink([chunked]), need_logits=False, options=TINY_BUDGET)
