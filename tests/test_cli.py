@@ -279,9 +279,15 @@ def test_option_groups_arrive_as_objects_with_per_command_defaults():
     assert result.exit_code == 0, result.output
     assert seen == {
         "data": DataOptions("cb", None, 3),
-        "batch": BatchOptions(8),
+        "batch": BatchOptions(None),
         "output": OutputOptions(Path("here"), True),
     }
+
+
+def test_batch_size_defaults_to_the_device_and_an_explicit_one_wins():
+    assert BatchOptions().size(None) == BatchOptions().size("cpu") == 8
+    assert BatchOptions().size("cuda:0") == BatchOptions().size("auto") == 32
+    assert BatchOptions(3).size("cuda:0") == BatchOptions(3).size(None) == 3
 
 
 def test_evaluate_dtype_without_base_is_refused_not_ignored(tmp_path):

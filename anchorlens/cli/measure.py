@@ -41,7 +41,7 @@ def demo(model: ModelOptions, data: TruncatedDataOptions, batch: BatchOptions) -
         base = model.load()
     with stage(f"capturing attention on {inputs.task.name} ({inputs.source})", total=len(inputs.examples)) as bar:
         metrics = capture_statistics(
-            base, inputs, batch_size=batch.batch_size, max_length=data.max_length, progress=bar
+            base, inputs, batch_size=batch.size(model.device), max_length=data.max_length, progress=bar
         )
     title = f"{model.base} on {len(inputs.examples)} {inputs.task.name} examples: mean over examples and heads"
     typer.echo(format_table(per_layer_table(metrics), title))
@@ -96,7 +96,7 @@ def _compare(
             result = run_compare(
                 ckpt,
                 selection=selection,
-                batch_size=batch.batch_size,
+                batch_size=batch.size(model.device),
                 map_example=map_example,
                 progress=rt.is_main(),
                 **model.workflow_kwargs(),
@@ -166,7 +166,7 @@ def positions(
                 ckpt,
                 positions,
                 selection=selection,
-                batch_size=batch.batch_size,
+                batch_size=batch.size(model.device),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -207,7 +207,7 @@ def capture(
         data.data,
         data.n,
         selection,
-        batch.batch_size,
+        batch.size(model.device),
         output.out,
         output.force,
         chunk_size=chunk_size,
