@@ -10,6 +10,7 @@ from anchorlens.analyses.base import QUERY_LABELS, IdentityCache, SiteReducer, m
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
+    all_and_content,
     column_mass,
     column_plogp,
     query_counts,
@@ -63,12 +64,10 @@ class EntropyReducer(SiteReducer):
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """probs [B, H, q, K] -> four [B, H, R] float64 sums, from the shared key-column sums of p and p·log p."""
-        content = int(Role.CONTENT)
         keys, q_valid = self._visible(event)  # [B, 1, q, 2] (all keys, content keys), [B, 1, q, 1]
-        mass, plogp = column_mass(event)[..., :NUM_ROLES], column_plogp(event)[..., :NUM_ROLES]  # [B, H, q, R]
         # overall and content entropy side by side in the last dim: one pass of the small ops for both
-        both_mass = torch.stack([mass.sum(-1), mass[..., content]], -1)  # [B, H, q, 2]
-        both = normalized_entropy(torch.stack([plogp.sum(-1), plogp[..., content]], -1), both_mass, keys)
+        both_mass = all_and_content(column_mass(event))  # [B, H, q, 2]
+        both = normalized_entropy(all_and_content(column_plogp(event)), both_mass, keys)
         c_ok = (keys[..., 1:] >= 1) & (both_mass[..., 1:] > 0) & q_valid  # [B, H, q, 1]
         ok = torch.cat([q_valid.expand_as(c_ok), c_ok], -1)  # [B, H, q, 2]
         values = torch.cat([torch.where(ok, both, 0.0), c_ok.to(both.dtype)], -1)  # [B, H, q, 3]

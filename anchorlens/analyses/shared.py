@@ -21,7 +21,7 @@ import torch
 
 from anchorlens.analyses.base import IdentityCache, role_onehot
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES
+from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
 
 FIRST_KEY = NUM_ROLES  # column of the example's first valid key
 SINK_KEY = NUM_ROLES + 1  # column of the example's first valid input key
@@ -158,6 +158,19 @@ def column_mass_by_query_role(event: AttentionEvent) -> torch.Tensor:
 
 
 def query_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, R] float64: valid queries of each role (the same for every head)."""
-    q_hot = query_roles(event)
-    return q_hot.sum(1)[:, None, :].expand(q_hot.shape[0], event.probs.shape[1], q_hot.shape[-1])
+    """[B, H, R] float64: valid queries of each role (the same for every head); cached on the event."""
+    if "query_counts" not in event.cache:
+        q_hot = query_roles(event)
+        counts = q_hot.sum(1)[:, None, :].expand(q_hot.shape[0], event.probs.shape[1], q_hot.shape[-1])
+        event.cache["query_counts"] = counts
+    return event.cache["query_counts"]
+
+
+def all_and_content(columns: torch.Tensor) -> torch.Tensor:
+    """[..., C] key-column sums -> [..., 2]: over every valid key (all role columns) and over content keys."""
+    return torch.matmul(columns, _ALL_AND_CONTENT.to(columns.device, columns.dtype))
+
+
+_ALL_AND_CONTENT = torch.zeros(NUM_COLUMNS, 2)
+_ALL_AND_CONTENT[:NUM_ROLES, 0] = 1.0
+_ALL_AND_CONTENT[int(Role.CONTENT), 1] = 1.0

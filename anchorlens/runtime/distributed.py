@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import os
 import socket
+import time
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from anchorlens.errors import UsageError
 from anchorlens.runtime.codec import pack_state, unpack_state
 
 T = TypeVar("T")
+_LOST_RANK_POLLS = 20  # x 0.1 s: how long a rank waits for a same-host peer that lost the connection to exit
 _peers: list[tuple[int, int]] = []  # (pid, host hash) of every rank, exchanged by init_if_needed
 
 
@@ -120,6 +122,13 @@ def rank_lost_message(what: str) -> str:
     """One line for a collective that failed because another rank went away."""
     me = dist_info().rank
     dead = lost_ranks()
+    # a killed peer closes its sockets while it is still exiting: give it a moment to show up as dead
+    neighbours = sum(h == _host_hash() for h in (host for _, host in _peers)) > 1
+    for _ in range(_LOST_RANK_POLLS if neighbours else 0):
+        if dead:
+            break
+        time.sleep(0.1)
+        dead = lost_ranks()
     who = f"rank {', '.join(map(str, dead))} died" if dead else "another rank died or became unreachable"
     return f"rank {me}: {who} during {what}; rerun the same command to resume from the saved progress"
 
