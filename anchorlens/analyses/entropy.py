@@ -15,7 +15,6 @@ from anchorlens.analyses.shared import (
     column_plogp,
     query_counts,
     query_role_sums,
-    query_roles,
     visible_key_counts,
 )
 from anchorlens.capture.event import AttentionEvent
@@ -28,12 +27,19 @@ def normalized_entropy(plogp_sum: torch.Tensor, mass: torch.Tensor, n_keys: torc
     plogp_sum = sum_k p_k log p_k, mass = sum_k p_k. H(p / mass) = log(mass) - plogp_sum / mass.
     Defined as 0 where n_keys <= 1 (a single visible key: no choice) or mass == 0; clamped to [0, 1].
     """
-    ok = (n_keys >= 2) & (mass > 0)
-    safe_mass = torch.where(ok, mass, torch.ones_like(mass))
-    h = torch.log(safe_mass) - plogp_sum / safe_mass
-    h = h / torch.log(n_keys.clamp_min(2).to(h.dtype))
-    h = torch.nan_to_num(h, nan=0.0, posinf=1.0, neginf=0.0)
-    return torch.where(ok, h, torch.zeros_like(h)).clamp(0.0, 1.0)
+    n = n_keys.to(mass.dtype)
+    return _entropy_from_terms(plogp_sum, mass, n.clamp_min(2).log(), n >= 2)
+
+
+def _entropy_from_terms(
+    plogp_sum: torch.Tensor, mass: torch.Tensor, log_keys: torch.Tensor, choice: torch.Tensor
+) -> torch.Tensor:
+    """:func:`normalized_entropy` with log(max(n_keys, 2)) and n_keys >= 2 given (the reducer computes them
+    once per forward); shapes broadcast."""
+    positive = mass > 0
+    safe_mass = mass.clamp_min(torch.finfo(mass.dtype).tiny)
+    h = (safe_mass.log() - plogp_sum / safe_mass).div_(log_keys).nan_to_num_(nan=0.0, posinf=1.0, neginf=0.0)
+    return h.mul_(positive & choice).clamp_(0.0, 1.0)
 
 
 @register_reducer("entropy")
@@ -64,13 +70,14 @@ class EntropyReducer(SiteReducer):
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """probs [B, H, q, K] -> four [B, H, R] float64 sums, from the shared key-column sums of p and p·log p."""
-        keys, q_valid = self._visible(event)  # [B, 1, q, 2] (all keys, content keys), [B, 1, q, 1]
+        log_keys, choice, sees_content = self._visible(event)  # [B, 1, q, 2], [B, 1, q, 2], [B, 1, q, 1]
         # overall and content entropy side by side in the last dim: one pass of the small ops for both
-        both_mass = all_and_content(column_mass(event))  # [B, H, q, 2]
-        both = normalized_entropy(all_and_content(column_plogp(event)), both_mass, keys)
-        c_ok = (keys[..., 1:] >= 1) & (both_mass[..., 1:] > 0) & q_valid  # [B, H, q, 1]
-        ok = torch.cat([q_valid.expand_as(c_ok), c_ok], -1)  # [B, H, q, 2]
-        values = torch.cat([torch.where(ok, both, 0.0), c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
+        mass = all_and_content(column_mass(event))  # [B, H, q, 2]
+        both = _entropy_from_terms(all_and_content(column_plogp(event)), mass, log_keys, choice)
+        # a query that sees no content key or puts no mass on it has no content entropy (not counted);
+        # padding queries weigh nothing in the sums over query roles
+        c_ok = (mass[..., 1:] > 0) & sees_content  # [B, H, q, 1]
+        values = torch.cat([both[..., :1], both[..., 1:] * c_ok, c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
         sums = query_role_sums(event, values)  # [B, H, R, 3]
         return {
             "sum": sums[..., 0],
@@ -79,14 +86,14 @@ class EntropyReducer(SiteReducer):
             "content_count": sums[..., 2],
         }
 
-    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
-        """Visible keys per query [B, 1, q, 2] (all, content) and valid queries [B, 1, q, 1] bool, shared by
-        the layers of a forward."""
+    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """From the visible keys per query (all, content), shared by the layers of a forward: log(max(n, 2))
+        [B, 1, q, 2] (probs dtype), n >= 2 [B, 1, q, 2] and sees a content key [B, 1, q, 1] (bool)."""
 
-        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        def compute() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
             counts = visible_key_counts(event)  # [B, q, R]
             keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None]
-            return keys, (query_roles(event).sum(-1) > 0)[:, None, :, None]
+            return keys.clamp_min(2).log(), keys >= 2, keys[..., 1:] >= 1
 
         layout = event.layout
         return self._same_mask.get(

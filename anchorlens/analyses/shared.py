@@ -80,11 +80,19 @@ def key_columns(event: AttentionEvent) -> torch.Tensor:
 
 def query_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached."""
+    return _query_hots(event)[0]
+
+
+def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query one-hot [B, q, R] and its transpose [B, 1, R, q] (float64), shared by the layers of a forward."""
     if "q_hot" not in event.cache:
         q, dev = event.layout.q, event.probs.device
-        event.cache["q_hot"] = _QUERY_HOT.get(
-            (q.roles, q.valid, dev), lambda: role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
-        )
+
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
+            hot = role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
+            return hot, hot.transpose(1, 2).unsqueeze(1).contiguous()
+
+        event.cache["q_hot"] = _QUERY_HOT.get((q.roles, q.valid, dev), compute)
     return event.cache["q_hot"]
 
 
@@ -140,14 +148,12 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
 def query_role_sums(event: AttentionEvent, values: torch.Tensor) -> torch.Tensor:
     """Sum per-query values over the valid queries of each role: [B, H, q, ...] -> [B, H, R, ...] float64.
 
-    Values of padding queries are dropped first (a fully masked row may be NaN).
+    Padding queries weigh 0; their values may be NaN (a fully masked row) and are zeroed first.
     """
-    q_hot = query_roles(event)  # [B, q, R]
-    if "q_valid" not in event.cache:
-        event.cache["q_valid"] = (q_hot.sum(-1) > 0)[:, None, :, None]  # [B, 1, q, 1]
+    transposed = _query_hots(event)[1]  # [B, 1, R, q]
     b, h, q = values.shape[:3]
-    flat = torch.where(event.cache["q_valid"], values.reshape(b, h, q, -1), 0.0).double()
-    return torch.einsum("bqs,bhqc->bhsc", q_hot, flat).reshape(b, h, q_hot.shape[-1], *values.shape[3:])
+    flat = values.reshape(b, h, q, -1).to(torch.float64, copy=True).nan_to_num_()  # [B, H, q, C], a copy
+    return torch.matmul(transposed, flat).reshape(b, h, transposed.shape[2], *values.shape[3:])
 
 
 def column_mass_by_query_role(event: AttentionEvent) -> torch.Tensor:

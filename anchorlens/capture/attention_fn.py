@@ -34,8 +34,8 @@ from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
-# float32 buffers of size [B, H, q, K] alive at once per chunk: scores, probs, the softmax temporary, and a
-# reducer temporary (p·scores for entropy)
+# float32 buffers of size [B, H, q, K] alive at once per chunk: logits, probs, a reducer temporary
+# (p·logits for entropy), and one spare for a custom reducer's or the sinks' softmax temporaries
 _BUFFERS_PER_CHUNK = 4
 # causal calls are split into query chunks of at least this many probabilities, at most this many chunks
 _MIN_CHUNK_ELEMENTS = 1 << 20

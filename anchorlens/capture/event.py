@@ -29,8 +29,8 @@ class AttentionEvent:
     the capture lends ``cache["work"]``, a flat scratch buffer at least the size of ``probs``, reused by
     the next event (use it for temporaries consumed within the update).
 
-    Chunking contract: when the recompute has a memory budget, one attention call arrives as several
-    events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
+    Chunking contract: when the recompute hits its memory budget, or the call is causal and long enough
+    to skip its hidden upper triangle, one attention call arrives as several events covering queries ``query_start : query_start + q`` of ``query_total``, in order, with
     disjoint slices whose union is all queries. Everything in an event refers to its own slice, so a
     reducer whose state is a sum over queries (every built-in one) is correct by simply adding each
     event; a reducer that needs whole rows of queries at once must assemble them by ``query_start``.
