@@ -34,7 +34,14 @@ import torch
 from anchorlens.analyses.base import IdentityCache, SiteReducer, mean_of, role_onehot
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import SINK_KEY, column_mass_by_query_role, query_counts, sink_index
+from anchorlens.analyses.shared import (
+    SINK_KEY,
+    column_mass_by_query_role,
+    key_columns,
+    query_counts,
+    query_roles,
+    sink_index,
+)
 from anchorlens.analyses.table import SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
@@ -45,6 +52,7 @@ QUERY_GROUPS: tuple[str, ...] = (INPUT, GUIDANCE)
 _GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
 _INPUT_IDX = [int(r) for r in INPUT_ROLES]
 _VIS_KEYS: tuple[str, ...] = ROLE_NAMES + (SINK,)  # pairs columns
+_VIS_COLUMNS = [*range(NUM_ROLES), SINK_KEY]  # key columns of the pairs table
 _GROUP_OF_ROLE = torch.zeros(len(QUERY_GROUPS), NUM_ROLES, dtype=torch.float64)  # [2, R]: query group of each role
 _GROUP_OF_ROLE[0, _INPUT_IDX] = 1.0
 _GROUP_OF_ROLE[1, _GUIDANCE_IDX] = 1.0
@@ -109,20 +117,10 @@ class DecompositionReducer(SiteReducer):
 
     @staticmethod
     def _count_visible(event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """The uncached :meth:`_visibility`."""
-        dev, covered = event.probs.device, event.key_count  # keys after the covered ones are hidden: not seen
-        k_roles = event.layout.k.roles.to(dev)[:, :covered]
-        k_valid = event.layout.k.valid.to(dev).bool()[:, :covered]
-        q_valid = event.layout.q.valid.to(dev).bool()
-        sink, found = sink_index(k_roles, k_valid)
-        b = k_roles.shape[0]
-        is_sink = torch.zeros_like(k_valid)
-        is_sink[torch.arange(b, device=dev)[found], sink[found]] = True
-        keys = torch.cat(
-            [role_onehot(k_roles, k_valid, torch.float64), is_sink.double().unsqueeze(-1)], -1
-        )  # [B, K, R+1]
-        seen = (event.visible.to(dev).bool() & k_valid[:, None, None, :]).double()[:, 0]  # [B, Q, K]
-        q_hot = role_onehot(event.layout.q.roles.to(dev), q_valid, torch.float64)  # [B, Q, R]
+        """The uncached :meth:`_visibility`: the shared key columns (roles, sink) of the covered keys."""
+        keys = key_columns(event)[..., _VIS_COLUMNS].double()  # [B, K', R+1], zero rows for padding keys
+        seen = event.visible.to(keys.device)[:, 0].double().expand(keys.shape[0], -1, -1)  # [B, Q, K']
+        q_hot = query_roles(event)  # [B, Q, R]
         pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
         return {"pairs": pairs.unsqueeze(1), "queries": q_hot.sum(1).unsqueeze(1)}
 
