@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
-from anchorlens.analyses.table import SiteTable
+from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 
@@ -73,13 +73,14 @@ class SiteReducer:
 
     Subclasses set ``name``, implement ``_shapes`` (state arrays per example and head),
     ``_reduce`` (event -> [B, H, *shape] sums) and ``_site_frame`` (arrays -> tidy rows), and list
-    the options that change the state in ``state_options``.
+    the options that change the state in ``state_options``. The sums of one batch are added up on the
+    device (:class:`SiteSums`) and reach the tables when the next batch comes or when the state is read.
     """
 
     name: ClassVar[str] = ""
 
     def __init__(self) -> None:
-        self._tables: dict[tuple[str, int], SiteTable] = {}
+        self._sums = SiteSums(self._shapes())
 
     # -- to implement -------------------------------------------------------------------------
     def _shapes(self) -> dict[str, tuple[int, ...]]:
@@ -103,8 +104,11 @@ class SiteReducer:
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:
         """Fold one batch's attention at one site into the per-example sums."""
-        values = self._reduce(event)
-        self._table(event.stack, int(event.layer)).add(event.example_ids, event.heads, values)
+        self._sums.add((event.stack, int(event.layer)), event.example_ids, event.heads, self._reduce(event))
+
+    def flush(self) -> None:
+        """Move the sums still pending on the device into the tables (reading the state does it first)."""
+        self._sums.flush()
 
     def merge(self, other: SiteReducer) -> None:
         """Add another reducer's sums (same class and state options) into this one."""
@@ -114,8 +118,7 @@ class SiteReducer:
             raise ValueError(
                 f"cannot merge {self.name} reducers with options {other.state_options()} and {self.state_options()}"
             )
-        for (stack, layer), table in other._tables.items():
-            self._table(stack, layer).merge(table)
+        self._sums.merge(other._sums)
 
     def state_dict(self) -> dict:
         """``{"name", "options", "sites": [{"stack", "layer", "examples", "heads", "arrays"}]}``."""
@@ -123,8 +126,7 @@ class SiteReducer:
             "name": self.name,
             "options": dict(self.state_options()),
             "sites": [
-                {"stack": stack, "layer": layer, **table.state()}
-                for (stack, layer), table in sorted(self._tables.items())
+                {"stack": stack, "layer": layer, **table.state()} for (stack, layer), table in self._sums.items()
             ],
         }
 
@@ -135,14 +137,14 @@ class SiteReducer:
         if dict(state.get("options", {})) != self.state_options():
             raise ValueError(f"state options {state.get('options')} differ from {self.state_options()}")
         shapes = self._shapes()
-        self._tables = {
-            (str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site) for site in state["sites"]
-        }
+        self._sums.replace(
+            {(str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site) for site in state["sites"]}
+        )
 
     def frame(self) -> pd.DataFrame:
         """Tidy rows (see :mod:`anchorlens.analyses.frames`), sorted by stack, layer, example, head."""
         parts = []
-        for (stack, layer), table in sorted(self._tables.items()):
+        for (stack, layer), table in self._sums.items():
             examples, heads = table.examples, table.heads
             if examples.numel() == 0 or heads.numel() == 0:
                 continue
@@ -154,13 +156,7 @@ class SiteReducer:
 
     def sites(self) -> list[tuple[str, int]]:
         """The (stack, layer) sites seen so far, sorted."""
-        return sorted(self._tables)
-
-    def _table(self, stack: str, layer: int) -> SiteTable:
-        key = (str(stack), int(layer))
-        if key not in self._tables:
-            self._tables[key] = SiteTable(self._shapes())
-        return self._tables[key]
+        return sorted(self._sums.tables())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(sites={len(self._tables)}, options={self.state_options()})"
+        return f"{type(self).__name__}(sites={len(self._sums.tables())}, options={self.state_options()})"

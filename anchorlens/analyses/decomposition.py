@@ -35,6 +35,7 @@ from anchorlens.analyses.base import IdentityCache, SiteReducer, mean_of, role_o
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
+    NUM_COLUMNS,
     SINK_KEY,
     column_mass_by_query_role,
     key_columns,
@@ -42,7 +43,7 @@ from anchorlens.analyses.shared import (
     query_roles,
     sink_index,
 )
-from anchorlens.analyses.table import SiteTable
+from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
 
@@ -53,6 +54,7 @@ _GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
 _INPUT_IDX = [int(r) for r in INPUT_ROLES]
 _VIS_KEYS: tuple[str, ...] = ROLE_NAMES + (SINK,)  # pairs columns
 _VIS_COLUMNS = [*range(NUM_ROLES), SINK_KEY]  # key columns of the pairs table
+_ALL_HEADS = torch.tensor([-1])  # the visibility table's one column (visibility does not depend on the head)
 _GROUP_OF_ROLE = torch.zeros(len(QUERY_GROUPS), NUM_ROLES, dtype=torch.float64)  # [2, R]: query group of each role
 _GROUP_OF_ROLE[0, _INPUT_IDX] = 1.0
 _GROUP_OF_ROLE[1, _GUIDANCE_IDX] = 1.0
@@ -66,7 +68,7 @@ class DecompositionReducer(SiteReducer):
 
     def __init__(self) -> None:
         super().__init__()
-        self._vis: dict[tuple[str, int], SiteTable] = {}
+        self._vis = SiteSums(self._vis_shapes())
         self._same_mask = IdentityCache()
         self._same_layout = IdentityCache()
 
@@ -83,25 +85,29 @@ class DecompositionReducer(SiteReducer):
         """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64), from the shared key-column sums.
 
         No pass over [Q, K] of its own: the per-role masses of each query role, summed into the two query
-        groups, minus the sink's own mass from the role the sink has.
+        groups and mapped onto the parts by :meth:`_parts_of_columns` (the sink's mass moved out of its role).
         """
         sums = column_mass_by_query_role(event)  # [B, H, R, C]
         groups = _GROUP_OF_ROLE.to(sums.device)
-        by_group = torch.matmul(groups, sums)  # [B, H, 2, C]
-        on_sink = by_group[..., SINK_KEY : SINK_KEY + 1]  # [B, H, 2, 1]; zero where an example has no sink
-        mass = torch.cat([on_sink, by_group[..., :NUM_ROLES] - on_sink * self._sink_role(event)], -1)
-        count = torch.matmul(query_counts(event), groups.T)  # [B, H, 2]
+        mass = torch.matmul(torch.matmul(groups, sums), self._parts_of_columns(event))  # [B, H, 2, P]
+        counts = query_counts(event)
+        count = self._same_layout.get((counts, "count"), lambda: torch.matmul(counts, groups.T))  # [B, H, 2]
         return {"mass": mass, "count": count}
 
-    def _sink_role(self, event: AttentionEvent) -> torch.Tensor:
-        """[B, 1, 1, R] float64 one-hot of the sink's role (zero where an example has none), shared by the
-        layers of a forward."""
+    def _parts_of_columns(self, event: AttentionEvent) -> torch.Tensor:
+        """[B, 1, C, P] float64: key-column sums -> parts (the sink, then each role without the sink), per
+        example; shared by the layers of a forward."""
         k, dev = event.layout.k, event.probs.device
 
         def compute() -> torch.Tensor:
             k_roles, k_valid = k.roles.to(dev), k.valid.to(dev).bool()
             sink, found = sink_index(k_roles, k_valid)
-            return role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], torch.float64)[:, None]
+            sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], torch.float64)[:, 0]  # [B, R]
+            w = torch.zeros(k_roles.shape[0], NUM_COLUMNS, len(PARTS), dtype=torch.float64, device=dev)
+            w[:, SINK_KEY, 0] = 1.0
+            w[:, range(NUM_ROLES), range(1, NUM_ROLES + 1)] = 1.0
+            w[:, SINK_KEY, 1:] -= sink_role  # the sink's mass leaves the part of its own role
+            return w[:, None]
 
         return self._same_layout.get((k.roles, k.valid, dev), compute)
 
@@ -128,41 +134,39 @@ class DecompositionReducer(SiteReducer):
     def update(self, event: AttentionEvent) -> None:
         """Fold one batch at one site into the mass sums and the visibility counts."""
         super().update(event)
-        self._vis_table(event.stack, int(event.layer)).add(
-            event.example_ids, torch.tensor([-1]), self._visibility(event)
-        )
+        self._vis.add((event.stack, int(event.layer)), event.example_ids, _ALL_HEADS, self._visibility(event))
+
+    def flush(self) -> None:
+        """Move pending mass sums and visibility counts into their tables."""
+        super().flush()
+        self._vis.flush()
 
     def merge(self, other: SiteReducer) -> None:
         """Add another decomposition reducer's sums and visibility counts."""
         super().merge(other)
         assert isinstance(other, DecompositionReducer)
-        for (stack, layer), table in other._vis.items():
-            self._vis_table(stack, layer).merge(table)
+        self._vis.merge(other._vis)
 
     def state_dict(self) -> dict:
         """Base state plus ``"visibility": [{"stack", "layer", "examples", "heads", "arrays"}]``."""
         state = super().state_dict()
-        state["visibility"] = [{"stack": s, "layer": layer, **t.state()} for (s, layer), t in sorted(self._vis.items())]
+        state["visibility"] = [{"stack": s, "layer": layer, **t.state()} for (s, layer), t in self._vis.items()]
         return state
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the state with ``state_dict()`` output."""
         super().load_state_dict(state)
-        self._vis = {
-            (str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)
-            for v in state.get("visibility", [])
-        }
-
-    def _vis_table(self, stack: str, layer: int) -> SiteTable:
-        key = (str(stack), int(layer))
-        if key not in self._vis:
-            self._vis[key] = SiteTable(self._vis_shapes())
-        return self._vis[key]
+        self._vis.replace(
+            {
+                (str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)
+                for v in state.get("visibility", [])
+            }
+        )
 
     def frame(self) -> pd.DataFrame:
         """``decomposition`` rows per head plus ``visible_share``/``visible_keys`` rows (head <NA>: over all heads)."""
         parts = [super().frame()]
-        for (stack, layer), table in sorted(self._vis.items()):
+        for (stack, layer), table in self._vis.items():
             examples = table.examples
             if examples.numel() == 0:
                 continue

@@ -10,7 +10,7 @@ from anchorlens.analyses.base import QUERY_LABELS, IdentityCache, SiteReducer, m
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
-    all_and_content,
+    PLOGP_COLUMNS,
     column_mass,
     column_plogp,
     query_counts,
@@ -28,18 +28,19 @@ def normalized_entropy(plogp_sum: torch.Tensor, mass: torch.Tensor, n_keys: torc
     Defined as 0 where n_keys <= 1 (a single visible key: no choice) or mass == 0; clamped to [0, 1].
     """
     n = n_keys.to(mass.dtype)
-    return _entropy_from_terms(plogp_sum, mass, n.clamp_min(2).log(), n >= 2)
+    return _entropy_from_terms(plogp_sum, mass, torch.where(n >= 2, 1.0 / n.clamp_min(2).log(), 0.0))
 
 
-def _entropy_from_terms(
-    plogp_sum: torch.Tensor, mass: torch.Tensor, log_keys: torch.Tensor, choice: torch.Tensor
-) -> torch.Tensor:
-    """:func:`normalized_entropy` with log(max(n_keys, 2)) and n_keys >= 2 given (the reducer computes them
-    once per forward); shapes broadcast."""
-    positive = mass > 0
+def _entropy_from_terms(plogp_sum: torch.Tensor, mass: torch.Tensor, inv_log_keys: torch.Tensor) -> torch.Tensor:
+    """:func:`normalized_entropy` given 1 / log(n_keys), 0 where n_keys < 2 (the reducer computes it once per
+    forward); shapes broadcast.
+
+    Where mass == 0, plogp_sum is 0 too and log(tiny mass) makes the entropy negative: the clamp gives 0.
+    """
     safe_mass = mass.clamp_min(torch.finfo(mass.dtype).tiny)
-    h = (safe_mass.log() - plogp_sum / safe_mass).div_(log_keys).nan_to_num_(nan=0.0, posinf=1.0, neginf=0.0)
-    return h.mul_(positive & choice).clamp_(0.0, 1.0)
+    ratio = plogp_sum / safe_mass
+    h = safe_mass.log_().sub_(ratio).mul_(inv_log_keys)
+    return h.nan_to_num_(nan=0.0, posinf=1.0, neginf=0.0).clamp_(0.0, 1.0)
 
 
 @register_reducer("entropy")
@@ -70,15 +71,15 @@ class EntropyReducer(SiteReducer):
 
     def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """probs [B, H, q, K] -> four [B, H, R] float64 sums, from the shared key-column sums of p and p·log p."""
-        log_keys, choice, sees_content = self._visible(event)  # [B, 1, q, 2], [B, 1, q, 2], [B, 1, q, 1]
+        inv_log_keys, sees_content = self._visible(event)  # [B, 1, q, 2], [B, 1, q, 1]
         # overall and content entropy side by side in the last dim: one pass of the small ops for both
-        mass = all_and_content(column_mass(event))  # [B, H, q, 2]
-        both = _entropy_from_terms(all_and_content(column_plogp(event)), mass, log_keys, choice)
+        mass = column_mass(event)[..., PLOGP_COLUMNS]  # [B, H, q, 2]: every valid key, content keys
+        values = _entropy_from_terms(column_plogp(event), mass, inv_log_keys)
         # a query that sees no content key or puts no mass on it has no content entropy (not counted);
         # padding queries weigh nothing in the sums over query roles
-        c_ok = (mass[..., 1:] > 0) & sees_content  # [B, H, q, 1]
-        values = torch.cat([both[..., :1], both[..., 1:] * c_ok, c_ok.to(both.dtype)], -1)  # [B, H, q, 3]
-        sums = query_role_sums(event, values)  # [B, H, R, 3]
+        c_ok = (mass[..., 1:] > 0).logical_and_(sees_content).to(values.dtype)  # [B, H, q, 1]
+        values[..., 1:].mul_(c_ok)
+        sums = query_role_sums(event, torch.cat([values, c_ok], -1))  # [B, H, R, 3]
         return {
             "sum": sums[..., 0],
             "count": query_counts(event),
@@ -86,14 +87,14 @@ class EntropyReducer(SiteReducer):
             "content_count": sums[..., 2],
         }
 
-    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """From the visible keys per query (all, content), shared by the layers of a forward: log(max(n, 2))
-        [B, 1, q, 2] (probs dtype), n >= 2 [B, 1, q, 2] and sees a content key [B, 1, q, 1] (bool)."""
+    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
+        """From the visible keys per query (all, content), shared by the layers of a forward: 1 / log(n), 0 where
+        n < 2, [B, 1, q, 2] (probs dtype) and whether a content key is visible [B, 1, q, 1] (bool)."""
 
-        def compute() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        def compute() -> tuple[torch.Tensor, torch.Tensor]:
             counts = visible_key_counts(event)  # [B, q, R]
             keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None]
-            return keys.clamp_min(2).log(), keys >= 2, keys[..., 1:] >= 1
+            return torch.where(keys >= 2, 1.0 / keys.clamp_min(2).log(), 0.0), keys[..., 1:] >= 1
 
         layout = event.layout
         return self._same_mask.get(

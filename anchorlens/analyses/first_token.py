@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
+from anchorlens.analyses.base import QUERY_LABELS, IdentityCache, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
@@ -36,6 +36,7 @@ class FirstTokenReducer(SiteReducer):
     def __init__(self, anchor_position: int | None = None) -> None:
         super().__init__()
         self.anchor_position = None if anchor_position is None else int(anchor_position)
+        self._same_layout = IdentityCache()
 
     def state_options(self) -> dict:
         """``{"anchor_position": ...}``: which valid key is the anchor."""
@@ -54,14 +55,17 @@ class FirstTokenReducer(SiteReducer):
         b, h, q, _ = probs.shape
         dev = probs.device
         if not self.anchor_position:
-            found = event.layout.k.valid.to(dev).bool().any(1)
             total = column_mass_by_query_role(event)[..., FIRST_KEY]  # zero where no key was found
-        else:
-            k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position)
-            covered = found & (k_index < event.key_count)  # an anchor after the covered keys is hidden: mass 0
-            index = torch.where(covered, k_index, 0).view(b, 1, 1, 1).expand(b, h, q, 1)
-            mass = probs.gather(-1, index).squeeze(-1)  # [B, H, q]
-            total = query_role_sums(event, mass * covered.view(b, 1, 1).to(mass.dtype))
+            valid, counts = event.layout.k.valid, query_counts(event)
+            count = self._same_layout.get(
+                (valid, counts), lambda: counts * valid.to(dev).bool().any(1).view(b, 1, 1).to(counts.dtype)
+            )
+            return {"sum": total, "count": count}
+        k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position)
+        covered = found & (k_index < event.key_count)  # an anchor after the covered keys is hidden: mass 0
+        index = torch.where(covered, k_index, 0).view(b, 1, 1, 1).expand(b, h, q, 1)
+        mass = probs.gather(-1, index).squeeze(-1)  # [B, H, q]
+        total = query_role_sums(event, mass * covered.view(b, 1, 1).to(mass.dtype))
         return {"sum": total, "count": query_counts(event) * found.view(b, 1, 1)}
 
     def _site_frame(

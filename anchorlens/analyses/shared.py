@@ -4,12 +4,17 @@ Every pass over the [B, H, q, K] probabilities is memory-bound and costs about a
 so the reducers read the probabilities through a few shared reductions, each cached on the event:
 
 - :func:`column_mass`: each query's attention on a small set of *key columns*, one batched matmul
-  ([B, H·q, K] x [B, K, C]): the key roles (C = R one-hot columns), the example's first valid key and its
-  sink (first valid input key, see :func:`sink_index`). First-token mass, role flow and the sink-aware
-  decomposition are all read from it: no gather over the probabilities.
-- :func:`column_plogp`: the same columns of p·log p, from the event's logits (one product and one matmul).
+  ([B, H·q, K] x [B, K, C]): the key roles (R one-hot columns), the example's first valid key, its
+  sink (first valid input key, see :func:`sink_index`) and every valid key. First-token mass, role flow,
+  the sink-aware decomposition and the entropies' normalisers are all read from it: no gather over the
+  probabilities.
+- :func:`column_plogp`: sum of p·log p over every valid key and over content keys, from the event's
+  logits (one product and one matmul).
 - :func:`query_role_sums`: a per-query table summed over the queries of each role, in float64 (one
-  einsum); :func:`column_mass_by_query_role` is that sum of :func:`column_mass`.
+  batched matmul); :func:`column_mass_by_query_role` is that sum of :func:`column_mass`.
+
+An event costs a few dozen small tensor operations on top of these passes, so everything that depends
+only on the layout or the mask is cached per forward, not recomputed per layer.
 
 The key columns depend only on the layout, which the layers of one forward share, so they are built once
 per forward (:class:`~anchorlens.analyses.base.IdentityCache`).
@@ -25,11 +30,15 @@ from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
 
 FIRST_KEY = NUM_ROLES  # column of the example's first valid key
 SINK_KEY = NUM_ROLES + 1  # column of the example's first valid input key
-NUM_COLUMNS = NUM_ROLES + 2
+VALID_KEY = NUM_ROLES + 2  # column of every valid key
+CONTENT_KEY = NUM_ROLES + 3  # the content role's column again, next to VALID_KEY (so both are one slice)
+NUM_COLUMNS = NUM_ROLES + 4
+PLOGP_COLUMNS = slice(VALID_KEY, CONTENT_KEY + 1)  # the key columns :func:`column_plogp` sums over
 _INPUT_IDX = [int(r) for r in INPUT_ROLES]
 
 _COLUMNS = IdentityCache()
 _QUERY_HOT = IdentityCache()
+_QUERY_COUNTS = IdentityCache()
 
 
 def anchor_key_index(key_valid: torch.Tensor, position: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,25 +65,33 @@ def sink_index(key_roles: torch.Tensor, key_valid: torch.Tensor) -> tuple[torch.
 
 
 def _columns(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, K, C] key columns: role one-hots of valid keys, then first valid key, then sink (0/1)."""
+    """[B, K, C] key columns: role one-hots of valid keys, then first valid key, sink, every valid key and
+    content keys again (0/1)."""
     hot = role_onehot(roles, valid, dtype)
     b, k = roles.shape
     rows = torch.arange(b, device=roles.device)
     out = torch.zeros(b, k, 2, dtype=dtype, device=roles.device)
     for col, (index, found) in enumerate((anchor_key_index(valid, 0), sink_index(roles, valid))):
         out[rows[found], index[found], col] = 1.0
-    return torch.cat([hot, out], -1)
+    return torch.cat([hot, out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT) :][..., :1]], -1)
+
+
+def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
+    """All the layout's key columns [B, K, C] and their :data:`PLOGP_COLUMNS` [B, K, 2], once per forward."""
+    k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
+
+    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+        every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
+        return every, every[..., PLOGP_COLUMNS].contiguous()
+
+    return _COLUMNS.get((k.roles, k.valid, dev, dtype), compute)
 
 
 def key_columns(event: AttentionEvent) -> torch.Tensor:
-    """[B, K', C] float (probs dtype): key roles one-hot (zero rows for padding), first valid key, sink, for the
-    K' keys the event's probabilities cover (found among all the layout's keys)."""
+    """[B, K', C] float (probs dtype): key roles one-hot (zero rows for padding), first valid key, sink, every
+    valid key, content keys, for the K' keys the event's probabilities cover (found among all the layout's keys)."""
     if "key_columns" not in event.cache:
-        k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
-        every = _COLUMNS.get(
-            (k.roles, k.valid, dev, dtype), lambda: _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
-        )
-        event.cache["key_columns"] = every[:, : event.key_count]
+        event.cache["key_columns"] = _layout_columns(event)[0][:, : event.key_count]
     return event.cache["key_columns"]
 
 
@@ -84,13 +101,13 @@ def query_roles(event: AttentionEvent) -> torch.Tensor:
 
 
 def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
-    """The query one-hot [B, q, R] and its transpose [B, 1, R, q] (float64), shared by the layers of a forward."""
+    """The query one-hot [B, q, R] and its transpose [B, R, q] (float64), shared by the layers of a forward."""
     if "q_hot" not in event.cache:
         q, dev = event.layout.q, event.probs.device
 
         def compute() -> tuple[torch.Tensor, torch.Tensor]:
             hot = role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
-            return hot, hot.transpose(1, 2).unsqueeze(1).contiguous()
+            return hot, hot.transpose(1, 2).contiguous()
 
         event.cache["q_hot"] = _QUERY_HOT.get((q.roles, q.valid, dev), compute)
     return event.cache["q_hot"]
@@ -110,18 +127,21 @@ def column_mass(event: AttentionEvent) -> torch.Tensor:
 
 
 def column_plogp(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, q, C] float32: sum of p·log p over the keys of each column; cached on the event.
+    """[B, H, q, 2] float32: sum of p·log p over every valid key and over content keys (:data:`PLOGP_COLUMNS`);
+    cached on the event.
 
     With the event's ``scores`` and ``log_norm`` no logarithm over [B, H, q, K] is needed:
     sum_k p log p = sum_k p s - (sum_k p) log_norm. Without them, ``xlogy``.
     """
     if "column_plogp" not in event.cache:
-        p, columns = event.probs, key_columns(event)
+        p = event.probs
+        columns = _layout_columns(event)[1][:, : event.key_count]
         if event.scores is None or event.log_norm is None:
             event.cache["column_plogp"] = _per_column(torch.xlogy(p, p), columns)
         else:
             product = torch.mul(p, event.scores, out=_work_buffer(event))  # [B, H, q, K], consumed at once
-            event.cache["column_plogp"] = _per_column(product, columns) - column_mass(event) * event.log_norm
+            mass = column_mass(event)[..., PLOGP_COLUMNS]
+            event.cache["column_plogp"] = torch.addcmul(_per_column(product, columns), mass, event.log_norm, value=-1)
     return event.cache["column_plogp"]
 
 
@@ -150,10 +170,14 @@ def query_role_sums(event: AttentionEvent, values: torch.Tensor) -> torch.Tensor
 
     Padding queries weigh 0; their values may be NaN (a fully masked row) and are zeroed first.
     """
-    transposed = _query_hots(event)[1]  # [B, 1, R, q]
+    transposed = _query_hots(event)[1]  # [B, R, q]
     b, h, q = values.shape[:3]
-    flat = values.reshape(b, h, q, -1).to(torch.float64, copy=True).nan_to_num_()  # [B, H, q, C], a copy
-    return torch.matmul(transposed, flat).reshape(b, h, transposed.shape[2], *values.shape[3:])
+    flat = values.reshape(b, h, q, -1)
+    # one float64 copy, queries first, so that a single [R, q] x [q, H·F] product per example sums every head
+    staged = torch.empty(b, q, h, flat.shape[-1], dtype=torch.float64, device=values.device)
+    staged.copy_(flat.transpose(1, 2)).nan_to_num_()
+    sums = torch.bmm(transposed, staged.view(b, q, -1))  # [B, R, H·F]
+    return sums.view(b, -1, h, *values.shape[3:]).transpose(1, 2)
 
 
 def column_mass_by_query_role(event: AttentionEvent) -> torch.Tensor:
@@ -164,19 +188,8 @@ def column_mass_by_query_role(event: AttentionEvent) -> torch.Tensor:
 
 
 def query_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, R] float64: valid queries of each role (the same for every head); cached on the event."""
-    if "query_counts" not in event.cache:
-        q_hot = query_roles(event)
-        counts = q_hot.sum(1)[:, None, :].expand(q_hot.shape[0], event.probs.shape[1], q_hot.shape[-1])
-        event.cache["query_counts"] = counts
-    return event.cache["query_counts"]
-
-
-def all_and_content(columns: torch.Tensor) -> torch.Tensor:
-    """[..., C] key-column sums -> [..., 2]: over every valid key (all role columns) and over content keys."""
-    return torch.matmul(columns, _ALL_AND_CONTENT.to(columns.device, columns.dtype))
-
-
-_ALL_AND_CONTENT = torch.zeros(NUM_COLUMNS, 2)
-_ALL_AND_CONTENT[:NUM_ROLES, 0] = 1.0
-_ALL_AND_CONTENT[int(Role.CONTENT), 1] = 1.0
+    """[B, H, R] float64: valid queries of each role (the same for every head); shared by the layers of a forward."""
+    q_hot, width = query_roles(event), event.probs.shape[1]
+    return _QUERY_COUNTS.get(
+        (q_hot, width), lambda: q_hot.sum(1)[:, None, :].expand(q_hot.shape[0], width, q_hot.shape[-1])
+    )

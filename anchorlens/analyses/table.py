@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
+
+Site = tuple[str, int]  # (stack, layer)
 
 
 class SiteTable:
@@ -91,3 +93,71 @@ class SiteTable:
             grown = torch.zeros(new_cap, h, *self.shapes[name], dtype=torch.float64)
             grown[:cap, :width] = a
             self.arrays[name] = grown
+
+
+class SiteSums:
+    """One :class:`SiteTable` per site, with the events of one batch summed on the device before they reach it.
+
+    The attention calls of one forward (every layer, every query chunk) arrive as many small sums for the
+    same examples and heads; adding each to a table costs a device-to-host copy and a scatter. Sums for the
+    very same ``example_ids`` and ``heads`` tensors (the capture passes one object per batch) are added in
+    place to a pending block per site instead, and the block goes into the table once, when another batch
+    reaches the site or anyone reads (:meth:`flush`, :meth:`tables`).
+    """
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
+        self.shapes = {k: tuple(v) for k, v in shapes.items()}
+        self._tables: dict[Site, SiteTable] = {}
+        self._pending: dict[Site, tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = {}
+
+    def add(
+        self, site: Site, example_ids: torch.Tensor, heads: torch.Tensor, values: Mapping[str, torch.Tensor]
+    ) -> None:
+        """Add ``values[name]`` ([B, H, *shape]) for ``example_ids`` ([B]) and ``heads`` ([H]) at ``site``."""
+        pending = self._pending.get(site)
+        if pending is not None and pending[0] is example_ids and pending[1] is heads:
+            for name, value in values.items():
+                pending[2][name].add_(value.detach())
+            return
+        if pending is not None:
+            self._commit(site)
+        block = {name: value.detach().to(torch.float64, copy=True) for name, value in values.items()}
+        self._pending[site] = (example_ids, heads, block)
+
+    def flush(self) -> None:
+        """Move every pending block into its table."""
+        for site in list(self._pending):
+            self._commit(site)
+
+    def tables(self) -> dict[Site, SiteTable]:
+        """The per-site tables, pending sums included."""
+        self.flush()
+        return self._tables
+
+    def table(self, site: Site) -> SiteTable:
+        """The table of one site (created empty if new), pending sums included."""
+        if site in self._pending:
+            self._commit(site)
+        if site not in self._tables:
+            self._tables[site] = SiteTable(self.shapes)
+        return self._tables[site]
+
+    def items(self) -> Iterator[tuple[Site, SiteTable]]:
+        """(site, table) pairs sorted by site, pending sums included."""
+        return iter(sorted(self.tables().items()))
+
+    def merge(self, other: SiteSums) -> None:
+        """Add another ``SiteSums``' tables (same shapes) into these."""
+        for site, table in other.tables().items():
+            self.table(site).merge(table)
+
+    def replace(self, tables: Mapping[Site, SiteTable]) -> None:
+        """Drop everything (pending sums included) and hold ``tables`` instead."""
+        self._pending.clear()
+        self._tables = dict(tables)
+
+    def _commit(self, site: Site) -> None:
+        example_ids, heads, block = self._pending.pop(site)
+        if site not in self._tables:
+            self._tables[site] = SiteTable(self.shapes)
+        self._tables[site].add(example_ids, heads, block)

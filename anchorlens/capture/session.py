@@ -71,6 +71,17 @@ class CaptureSession:
             self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
         return self._heads_cache[device]
 
+    def _event_heads(self, width: int, device: torch.device) -> torch.Tensor:
+        """[H] long model head indices of an event's ``width`` heads: one tensor per device for the whole batch
+        (sinks recognise the calls of one batch by it)."""
+        heads = self.heads_tensor(device)
+        if heads is not None:
+            return heads
+        key = ("all_heads", width, device)
+        if key not in self.scratch:
+            self.scratch[key] = torch.arange(width, device=device)
+        return self.scratch[key]
+
     def emit(
         self,
         site: Site,
@@ -82,9 +93,7 @@ class CaptureSession:
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
         and hand it on."""
-        heads = self.heads_tensor(probs.device)
-        if heads is None:
-            heads = torch.arange(probs.shape[1], device=probs.device)
+        heads = self._event_heads(probs.shape[1], probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
         q_len = probs.shape[2]

@@ -46,7 +46,13 @@ def test_column_mass_and_plogp_are_sums_over_each_columns_keys():
     for c in range(S.NUM_COLUMNS):
         keys = cols[:, None, None, :, c]  # [B, 1, 1, K]
         torch.testing.assert_close(mass[..., c], (p * keys).sum(-1))
-        torch.testing.assert_close(plogp[..., c], (torch.xlogy(p, p) * keys).sum(-1), atol=1e-6, rtol=1e-5)
+    assert plogp.shape[-1] == 2
+    valid = event.layout.k.valid[:, None, None, :].float()
+    content = valid * (event.layout.k.roles == int(Role.CONTENT))[:, None, None, :]
+    for i, keys in enumerate((valid, content)):
+        torch.testing.assert_close(plogp[..., i], (torch.xlogy(p, p) * keys).sum(-1), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(mass[..., S.VALID_KEY], (p * valid).sum(-1))
+    torch.testing.assert_close(mass[..., S.CONTENT_KEY], (p * content).sum(-1))
 
 
 def test_logits_route_gives_the_xlogy_value():
