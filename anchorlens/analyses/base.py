@@ -16,35 +16,6 @@ from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
 
 
-class IdentityCache:
-    """Values computed from tuples of tensors, reused while the very same tensors come back.
-
-    The layers of one forward share their mask and role tensors (the same objects, one set per query
-    chunk), so work that depends only on them runs once per forward and chunk instead of once per layer.
-    Holds up to ``size`` entries (then starts over); an entry keeps its tensors alive, so their ids
-    cannot be reused meanwhile. The tensors must not be modified in place while in use (layouts never are).
-    """
-
-    def __init__(self, size: int = 64) -> None:
-        self._size = size
-        self._entries: dict[tuple, tuple[tuple, object]] = {}
-
-    def get(self, keys: tuple, compute):
-        """``compute()`` unless ``keys`` were seen before (then the cached value).
-
-        Tensors must be the very same objects; other keys (devices, dtypes) compare equal.
-        """
-        ident = tuple(id(k) if isinstance(k, torch.Tensor) else k for k in keys)
-        hit = self._entries.get(ident)
-        if hit is not None and all(a is b for a, b in zip(hit[0], keys, strict=True) if isinstance(a, torch.Tensor)):
-            return hit[1]
-        if len(self._entries) >= self._size:
-            self._entries.clear()
-        value = compute()
-        self._entries[ident] = (keys, value)
-        return value
-
-
 def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
 

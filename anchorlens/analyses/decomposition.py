@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import IdentityCache, SiteReducer, mean_of, role_onehot
+from anchorlens.analyses.base import SiteReducer, mean_of
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
@@ -39,12 +39,13 @@ from anchorlens.analyses.shared import (
     SINK_KEY,
     column_mass_by_query_role,
     key_columns,
+    layout_key_columns,
     query_counts,
     query_roles,
-    sink_index,
 )
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, NUM_ROLES, ROLE_NAMES
 
 SINK = "sink"
@@ -100,10 +101,10 @@ class DecompositionReducer(SiteReducer):
         k, dev = event.layout.k, event.probs.device
 
         def compute() -> torch.Tensor:
-            k_roles, k_valid = k.roles.to(dev), k.valid.to(dev).bool()
-            sink, found = sink_index(k_roles, k_valid)
-            sink_role = role_onehot(k_roles.gather(1, sink[:, None]), found[:, None], torch.float64)[:, 0]  # [B, R]
-            w = torch.zeros(k_roles.shape[0], NUM_COLUMNS, len(PARTS), dtype=torch.float64, device=dev)
+            columns = layout_key_columns(event).double()  # [B, K, C]
+            # the sink's role: its row of the role columns (zero where an example has no sink)
+            sink_role = torch.bmm(columns[..., SINK_KEY].unsqueeze(1), columns[..., :NUM_ROLES]).squeeze(1)  # [B, R]
+            w = torch.zeros(columns.shape[0], NUM_COLUMNS, len(PARTS), dtype=torch.float64, device=dev)
             w[:, SINK_KEY, 0] = 1.0
             w[:, range(NUM_ROLES), range(1, NUM_ROLES + 1)] = 1.0
             w[:, SINK_KEY, 1:] -= sink_role  # the sink's mass leaves the part of its own role

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, IdentityCache, SiteReducer, mean_of, with_all
+from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import (
@@ -18,6 +18,7 @@ from anchorlens.analyses.shared import (
     visible_key_counts,
 )
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
 
 

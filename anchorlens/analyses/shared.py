@@ -17,15 +17,16 @@ An event costs a few dozen small tensor operations on top of these passes, so ev
 only on the layout or the mask is cached per forward, not recomputed per layer.
 
 The key columns depend only on the layout, which the layers of one forward share, so they are built once
-per forward (:class:`~anchorlens.analyses.base.IdentityCache`).
+per forward (:class:`~anchorlens.capture.identity.IdentityCache`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from anchorlens.analyses.base import IdentityCache, role_onehot
+from anchorlens.analyses.base import role_onehot
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
 
 FIRST_KEY = NUM_ROLES  # column of the example's first valid key
@@ -74,6 +75,12 @@ def _columns(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> to
     for col, (index, found) in enumerate((anchor_key_index(valid, 0), sink_index(roles, valid))):
         out[rows[found], index[found], col] = 1.0
     return torch.cat([hot, out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT) :][..., :1]], -1)
+
+
+def layout_key_columns(event: AttentionEvent) -> torch.Tensor:
+    """[B, K, C] float (probs dtype): :func:`key_columns` of all the layout's keys, not only those the event
+    covers (for work done once per forward from the first event of any chunk)."""
+    return _layout_columns(event)[0]
 
 
 def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:

@@ -216,13 +216,10 @@ def chunk_probs(
 
 def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, start: int, stop: int) -> Visibility:
     """The chunk's visibility, computed once per mask and chunk for all layers of one forward."""
-    key = (id(call.mask), start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window)
-    hit = active.scratch.get(key)
-    if hit is not None and hit[0] is call.mask:
-        return hit[1]
-    vis = Visibility.of(call, start, stop)
-    active.scratch[key] = (call.mask, vis)  # keeps the mask alive, so its id cannot be reused meanwhile
-    return vis
+    return active.shared.get(
+        ("visibility", call.mask, start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window),
+        lambda: Visibility.of(call, start, stop),
+    )
 
 
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:

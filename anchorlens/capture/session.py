@@ -10,6 +10,7 @@ from typing import Protocol
 import torch
 
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.identity import IdentityCache
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.roles.layout import Layout, LayoutProvider, SequenceRoles
@@ -51,7 +52,9 @@ class CaptureSession:
         self.example_ids = example_ids
         self.heads = selection.heads if num_heads is None else selection.head_indices(num_heads)
         self.options = options
-        self.scratch: dict = {}  # per-forward cache of the attention function (visibility per mask and chunk)
+        self.scratch: dict = {}  # per-forward buffers and tensors, by name
+        # per-forward work keyed on the mask and layout tensors the layers share (visibility, query slices)
+        self.shared = IdentityCache(size=256)
         self._heads_cache: dict[torch.device, torch.Tensor] = {}
 
     @property
@@ -124,13 +127,11 @@ class CaptureSession:
     def _query_slice(self, layout: Layout, start: int, stop: int) -> Layout:
         """``layout`` restricted to queries ``start:stop``; the same objects for every layer of the forward
         (so that reducers' per-forward caches, keyed on tensor identity, hit)."""
-        source = (layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid)
-        key = ("query_slice", *map(id, source), start, stop)
-        hit = self.scratch.get(key)
-        if hit is None or any(a is not b for a, b in zip(hit[0], source, strict=True)):
-            q = SequenceRoles(layout.q.roles[:, start:stop], layout.q.valid[:, start:stop])
-            hit = self.scratch[key] = (source, Layout(q, layout.k))  # keeps the tensors alive: ids stay unique
-        return hit[1]
+        q = layout.q
+        return self.shared.get(
+            ("query_slice", q.roles, q.valid, layout.k.roles, layout.k.valid, start, stop),
+            lambda: Layout(SequenceRoles(q.roles[:, start:stop], q.valid[:, start:stop]), layout.k),
+        )
 
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat buffer of at least ``numel`` elements kept for this forward and reused by every layer
