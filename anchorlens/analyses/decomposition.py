@@ -71,7 +71,8 @@ class DecompositionReducer(SiteReducer):
         super().__init__()
         self._vis = SiteSums(self._vis_shapes())
         self._same_mask = IdentityCache()
-        self._same_layout = IdentityCache()
+        self._same_keys = IdentityCache()
+        self._same_queries = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [2, P] (query group x part); count: [2]."""
@@ -92,7 +93,7 @@ class DecompositionReducer(SiteReducer):
         groups = _GROUP_OF_ROLE.to(sums.device)
         mass = torch.matmul(torch.matmul(groups, sums), self._parts_of_columns(event))  # [B, H, 2, P]
         counts = query_counts(event)
-        count = self._same_layout.get((counts, "count"), lambda: torch.matmul(counts, groups.T))  # [B, H, 2]
+        count = self._same_queries.get((counts,), lambda: torch.matmul(counts, groups.T))  # [B, H, 2]
         return {"mass": mass, "count": count}
 
     def _parts_of_columns(self, event: AttentionEvent) -> torch.Tensor:
@@ -110,7 +111,7 @@ class DecompositionReducer(SiteReducer):
             w[:, SINK_KEY, 1:] -= sink_role  # the sink's mass leaves the part of its own role
             return w[:, None]
 
-        return self._same_layout.get((k.roles, k.valid, dev), compute)
+        return self._same_keys.get((k.roles, k.valid, dev), compute)
 
     def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
         """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see.

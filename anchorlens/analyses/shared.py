@@ -13,11 +13,9 @@ so the reducers read the probabilities through a few shared reductions, each cac
 - :func:`query_role_sums`: a per-query table summed over the queries of each role, in float64 (one
   batched matmul); :func:`column_mass_by_query_role` is that sum of :func:`column_mass`.
 
-An event costs a few dozen small tensor operations on top of these passes, so everything that depends
-only on the layout or the mask is cached per forward, not recomputed per layer.
-
-The key columns depend only on the layout, which the layers of one forward share, so they are built once
-per forward (:class:`~anchorlens.capture.identity.IdentityCache`).
+An event also costs a few dozen small tensor operations, about as much as these passes on a CPU, so
+everything that depends only on the layout or the mask (key columns, query one-hots and counts) is built
+once per forward and shared by its layers (:class:`~anchorlens.capture.identity.IdentityCache`).
 """
 
 from __future__ import annotations
@@ -74,7 +72,7 @@ def _columns(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> to
     out = torch.zeros(b, k, 2, dtype=dtype, device=roles.device)
     for col, (index, found) in enumerate((anchor_key_index(valid, 0), sink_index(roles, valid))):
         out[rows[found], index[found], col] = 1.0
-    return torch.cat([hot, out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT) :][..., :1]], -1)
+    return torch.cat([hot, out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT)].unsqueeze(-1)], -1)
 
 
 def layout_key_columns(event: AttentionEvent) -> torch.Tensor:

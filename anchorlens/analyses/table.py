@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-Site = tuple[str, int]  # (stack, layer)
+SiteKey = tuple[str, int]  # (stack, layer)
 
 
 class SiteTable:
@@ -107,11 +107,11 @@ class SiteSums:
 
     def __init__(self, shapes: Mapping[str, tuple[int, ...]]) -> None:
         self.shapes = {k: tuple(v) for k, v in shapes.items()}
-        self._tables: dict[Site, SiteTable] = {}
-        self._pending: dict[Site, tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = {}
+        self._tables: dict[SiteKey, SiteTable] = {}
+        self._pending: dict[SiteKey, tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]] = {}
 
     def add(
-        self, site: Site, example_ids: torch.Tensor, heads: torch.Tensor, values: Mapping[str, torch.Tensor]
+        self, site: SiteKey, example_ids: torch.Tensor, heads: torch.Tensor, values: Mapping[str, torch.Tensor]
     ) -> None:
         """Add ``values[name]`` ([B, H, *shape]) for ``example_ids`` ([B]) and ``heads`` ([H]) at ``site``."""
         pending = self._pending.get(site)
@@ -129,12 +129,12 @@ class SiteSums:
         for site in list(self._pending):
             self._commit(site)
 
-    def tables(self) -> dict[Site, SiteTable]:
+    def tables(self) -> dict[SiteKey, SiteTable]:
         """The per-site tables, pending sums included."""
         self.flush()
         return self._tables
 
-    def table(self, site: Site) -> SiteTable:
+    def table(self, site: SiteKey) -> SiteTable:
         """The table of one site (created empty if new), pending sums included."""
         if site in self._pending:
             self._commit(site)
@@ -142,7 +142,7 @@ class SiteSums:
             self._tables[site] = SiteTable(self.shapes)
         return self._tables[site]
 
-    def items(self) -> Iterator[tuple[Site, SiteTable]]:
+    def items(self) -> Iterator[tuple[SiteKey, SiteTable]]:
         """(site, table) pairs sorted by site, pending sums included."""
         return iter(sorted(self.tables().items()))
 
@@ -151,13 +151,11 @@ class SiteSums:
         for site, table in other.tables().items():
             self.table(site).merge(table)
 
-    def replace(self, tables: Mapping[Site, SiteTable]) -> None:
+    def replace(self, tables: Mapping[SiteKey, SiteTable]) -> None:
         """Drop everything (pending sums included) and hold ``tables`` instead."""
         self._pending.clear()
         self._tables = dict(tables)
 
-    def _commit(self, site: Site) -> None:
+    def _commit(self, site: SiteKey) -> None:
         example_ids, heads, block = self._pending.pop(site)
-        if site not in self._tables:
-            self._tables[site] = SiteTable(self.shapes)
-        self._tables[site].add(example_ids, heads, block)
+        self.table(site).add(example_ids, heads, block)

@@ -52,10 +52,10 @@ class CaptureSession:
         self.example_ids = example_ids
         self.heads = selection.heads if num_heads is None else selection.head_indices(num_heads)
         self.options = options
-        self.scratch: dict = {}  # per-forward buffers and tensors, by name
+        self.scratch: dict = {}  # per-forward buffers, by name
         # per-forward work keyed on the mask and layout tensors the layers share (visibility, query slices)
         self.shared = IdentityCache(size=256)
-        self._heads_cache: dict[torch.device, torch.Tensor] = {}
+        self._heads_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
 
     @property
     def selected_sites(self) -> list[Site]:
@@ -70,9 +70,9 @@ class CaptureSession:
         """[H_sel] long indices of the selected heads on ``device``, or None for all heads."""
         if self.heads is None:
             return None
-        if device not in self._heads_cache:
-            self._heads_cache[device] = torch.tensor(self.heads, dtype=torch.long, device=device)
-        return self._heads_cache[device]
+        if (device, -1) not in self._heads_cache:  # -1: the selection, other widths: every head
+            self._heads_cache[device, -1] = torch.tensor(self.heads, dtype=torch.long, device=device)
+        return self._heads_cache[device, -1]
 
     def _event_heads(self, width: int, device: torch.device) -> torch.Tensor:
         """[H] long model head indices of an event's ``width`` heads: one tensor per device for the whole batch
@@ -80,10 +80,9 @@ class CaptureSession:
         heads = self.heads_tensor(device)
         if heads is not None:
             return heads
-        key = ("all_heads", width, device)
-        if key not in self.scratch:
-            self.scratch[key] = torch.arange(width, device=device)
-        return self.scratch[key]
+        if (device, width) not in self._heads_cache:
+            self._heads_cache[device, width] = torch.arange(width, device=device)
+        return self._heads_cache[device, width]
 
     def emit(
         self,
