@@ -6,7 +6,7 @@ with :func:`anchorlens.analyses.registry.make_reducer`.
 
 from __future__ import annotations
 
-from anchorlens.analyses.base import SiteReducer, role_onehot
+from anchorlens.analyses.base import SiteReducer
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
 from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer
 from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
@@ -41,7 +41,7 @@ from anchorlens.analyses.metrics import (
     structural_attention,
 )
 from anchorlens.analyses.role_flow import RoleFlowReducer
-from anchorlens.analyses.shared import anchor_key_index, sink_index
+from anchorlens.analyses.shared import anchor_key_index, role_onehot, sink_index
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,

@@ -9,20 +9,12 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
+from anchorlens.analyses.stage import QueryStage, Stager, release
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
+from anchorlens.roles.kinds import ROLE_NAMES
 
 QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
-
-
-def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
-
-    Role values outside ``0..NUM_ROLES-1`` get an all-zero row (ignored).
-    """
-    ids = torch.arange(NUM_ROLES, device=roles.device)
-    return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
 
 
 def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,24 +34,35 @@ def mean_of(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 class SiteReducer:
     """Base of the metric reducers: per-site :class:`SiteTable` of per-example sums.
 
-    Subclasses set ``name``, implement ``_shapes`` (state arrays per example and head),
-    ``_reduce`` (event -> [B, H, *shape] sums) and ``_site_frame`` (arrays -> tidy rows), and list
-    the options that change the state in ``state_options``. The sums of one batch are added up on the
-    device (:class:`SiteSums`) and reach the tables when the next batch comes or when the state is read.
+    Subclasses set ``name`` and implement ``_shapes`` (state arrays per example and head), ``_per_query``
+    (an event's per-query values, e.g. read from the shared key-column sums), ``_reduce_stage`` (the
+    per-query values of a stage of layers -> their sums) and ``_site_frame`` (arrays -> tidy rows), and list
+    the options that change the state in ``state_options``. Each event only copies its per-query values into
+    a :class:`~anchorlens.analyses.stage.QueryStage`; stages are reduced several layers at a time, and their
+    sums wait on the device (:class:`SiteSums`) until the next batch comes or the state is read.
     """
 
     name: ClassVar[str] = ""
 
     def __init__(self) -> None:
         self._sums = SiteSums(self._shapes())
+        self._stager = Stager()
 
     # -- to implement -------------------------------------------------------------------------
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """Per-example, per-head shape of every state array."""
         raise NotImplementedError
 
-    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """The event's sums: name -> [B, H, *shape]."""
+    def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """The event's per-query values: [B, H, q, F_i] float tensors, staged side by side."""
+        raise NotImplementedError
+
+    def _stage_constants(self, event: AttentionEvent) -> dict:
+        """What every slot of a new stage shares, derived once from its first event's mask and layout."""
+        return {}
+
+    def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
+        """A stage's sums: name -> [L or 1, B, H or 1, *shape] (size-1 dims broadcast over slots or heads)."""
         raise NotImplementedError
 
     def _site_frame(
@@ -74,11 +77,25 @@ class SiteReducer:
 
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:
-        """Fold one batch's attention at one site into the per-example sums."""
-        self._sums.add((event.stack, int(event.layer)), event.example_ids, event.heads, self._reduce(event))
+        """Stage one batch's per-query values at one site; reduce the stages that are complete."""
+        self._stager.add(event, self._per_query(event), lambda: self._stage_constants(event))
+        if self._stager.ready:
+            self._reduce_ready()
+
+    def _reduce_ready(self) -> None:
+        """Reduce every complete stage into the pending sums."""
+        for stage in self._stager.take_ready():
+            self._add_stage(stage)
+
+    def _add_stage(self, stage: QueryStage) -> None:
+        """Add one stage's sums to the state."""
+        self._sums.add(stage.sites, stage.example_ids, stage.heads, self._reduce_stage(stage))
 
     def flush(self) -> None:
-        """Move the sums still pending on the device into the tables (reading the state does it first)."""
+        """Reduce every stage and move the pending sums into the tables (reading the state does it first)."""
+        self._stager.close_all()
+        self._reduce_ready()
+        release()
         self._sums.flush()
 
     def merge(self, other: SiteReducer) -> None:
@@ -89,10 +106,13 @@ class SiteReducer:
             raise ValueError(
                 f"cannot merge {self.name} reducers with options {other.state_options()} and {self.state_options()}"
             )
+        self.flush()
+        other.flush()
         self._sums.merge(other._sums)
 
     def state_dict(self) -> dict:
         """``{"name", "options", "sites": [{"stack", "layer", "examples", "heads", "arrays"}]}``."""
+        self.flush()
         return {
             "name": self.name,
             "options": dict(self.state_options()),
@@ -108,12 +128,14 @@ class SiteReducer:
         if dict(state.get("options", {})) != self.state_options():
             raise ValueError(f"state options {state.get('options')} differ from {self.state_options()}")
         shapes = self._shapes()
+        self._stager.clear()
         self._sums.replace(
             {(str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site) for site in state["sites"]}
         )
 
     def frame(self) -> pd.DataFrame:
         """Tidy rows (see :mod:`anchorlens.analyses.frames`), sorted by stack, layer, example, head."""
+        self.flush()
         parts = []
         for (stack, layer), table in self._sums.items():
             examples, heads = table.examples, table.heads
@@ -127,7 +149,8 @@ class SiteReducer:
 
     def sites(self) -> list[tuple[str, int]]:
         """The (stack, layer) sites seen so far, sorted."""
+        self.flush()
         return sorted(self._sums.tables())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(sites={len(self._sums.tables())}, options={self.state_options()})"
+        return f"{type(self).__name__}(sites={len(self.sites())}, options={self.state_options()})"

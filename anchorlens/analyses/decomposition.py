@@ -34,15 +34,8 @@ import torch
 from anchorlens.analyses.base import SiteReducer, mean_of
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import (
-    NUM_COLUMNS,
-    SINK_KEY,
-    column_mass_by_query_role,
-    key_columns,
-    layout_key_columns,
-    query_counts,
-    query_roles,
-)
+from anchorlens.analyses.shared import SINK_KEY, column_mass, key_columns, layout_key_columns, query_roles
+from anchorlens.analyses.stage import QueryStage
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
@@ -72,7 +65,6 @@ class DecompositionReducer(SiteReducer):
         self._vis = SiteSums(self._vis_shapes())
         self._same_mask = IdentityCache()
         self._same_keys = IdentityCache()
-        self._same_queries = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [2, P] (query group x part); count: [2]."""
@@ -83,29 +75,36 @@ class DecompositionReducer(SiteReducer):
         """pairs: [R, R + 1] (query role x key role, then the sink); queries: [R]."""
         return {"pairs": (NUM_ROLES, NUM_ROLES + 1), "queries": (NUM_ROLES,)}
 
-    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, Q, K] -> mass [B, H, 2, P], count [B, H, 2] (float64), from the shared key-column sums.
+    def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """[B, H, q, C]: the shared key-column sums, of which the mass on each key role and on the sink are read."""
+        return (column_mass(event),)
 
-        No pass over [Q, K] of its own: the per-role masses of each query role, summed into the two query
-        groups and mapped onto the parts by :meth:`_parts_of_columns` (the sink's mass moved out of its role).
+    def _stage_constants(self, event: AttentionEvent) -> dict:
+        """parts: [B, 1, R + 2, P] the map from key columns to parts; visibility: pairs [1, B, 1, R, R+1] and
+        queries [1, B, 1, R] (what the mask lets the stage's queries see)."""
+        return {"parts": self._parts_of_columns(event), "visibility": self._visibility(event)}
+
+    def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
+        """mass [L, B, H, 2, P], count [1, B, 1, 2] (float64): no pass over [Q, K] of its own.
+
+        The per-role masses of each query role, summed into the two query groups and mapped onto the parts
+        by :meth:`_parts_of_columns` (the sink's mass moved out of its role).
         """
-        sums = column_mass_by_query_role(event)  # [B, H, R, C]
+        sums = stage.role_sums_of()[..., : SINK_KEY + 1]  # [L, B, H, R, R + 2]: roles, first key, sink
         groups = _GROUP_OF_ROLE.to(sums.device)
-        mass = torch.matmul(torch.matmul(groups, sums), self._parts_of_columns(event))  # [B, H, 2, P]
-        counts = query_counts(event)
-        count = self._same_queries.get((counts,), lambda: torch.matmul(counts, groups.T))  # [B, H, 2]
-        return {"mass": mass, "count": count}
+        mass = torch.matmul(torch.matmul(groups, sums), stage.constants["parts"])  # [L, B, H, 2, P]
+        return {"mass": mass, "count": torch.matmul(stage.query_counts(), groups.T)}
 
     def _parts_of_columns(self, event: AttentionEvent) -> torch.Tensor:
-        """[B, 1, C, P] float64: key-column sums -> parts (the sink, then each role without the sink), per
-        example; shared by the layers of a forward."""
+        """[B, 1, R + 2, P] float64: key-column sums (roles, first key, sink) -> parts (the sink, then each role
+        without the sink), per example; shared by the layers of a forward."""
         k, dev = event.layout.k, event.probs.device
 
         def compute() -> torch.Tensor:
             columns = layout_key_columns(event).double()  # [B, K, C]
             # the sink's role: its row of the role columns (zero where an example has no sink)
             sink_role = torch.bmm(columns[..., SINK_KEY].unsqueeze(1), columns[..., :NUM_ROLES]).squeeze(1)  # [B, R]
-            w = torch.zeros(columns.shape[0], NUM_COLUMNS, len(PARTS), dtype=torch.float64, device=dev)
+            w = torch.zeros(columns.shape[0], SINK_KEY + 1, len(PARTS), dtype=torch.float64, device=dev)
             w[:, SINK_KEY, 0] = 1.0
             w[:, range(NUM_ROLES), range(1, NUM_ROLES + 1)] = 1.0
             w[:, SINK_KEY, 1:] -= sink_role  # the sink's mass leaves the part of its own role
@@ -114,7 +113,7 @@ class DecompositionReducer(SiteReducer):
         return self._same_keys.get((k.roles, k.valid, dev), compute)
 
     def _visibility(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """pairs [B, 1, R, R+1] and queries [B, 1, R]: what the mask lets valid queries see.
+        """pairs [1, B, 1, R, R+1] and queries [1, B, 1, R]: what the mask lets valid queries see.
 
         The layers of one forward share their mask and roles, so the counts are computed once for them.
         """
@@ -130,22 +129,22 @@ class DecompositionReducer(SiteReducer):
         seen = event.visible.to(keys.device)[:, 0].double().expand(keys.shape[0], -1, -1)  # [B, Q, K']
         q_hot = query_roles(event)  # [B, Q, R]
         pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
-        return {"pairs": pairs.unsqueeze(1), "queries": q_hot.sum(1).unsqueeze(1)}
+        return {"pairs": pairs[None, :, None], "queries": q_hot.sum(1)[None, :, None]}
 
     # -- the second (head-independent) table travels with the first --------------------------
-    def update(self, event: AttentionEvent) -> None:
-        """Fold one batch at one site into the mass sums and the visibility counts."""
-        super().update(event)
-        self._vis.add((event.stack, int(event.layer)), event.example_ids, _ALL_HEADS, self._visibility(event))
+    def _add_stage(self, stage: QueryStage) -> None:
+        """Add a stage's mass sums and its visibility counts (the same for every slot) to the state."""
+        super()._add_stage(stage)
+        self._vis.add(stage.sites, stage.example_ids, _ALL_HEADS, stage.constants["visibility"])
 
     def flush(self) -> None:
-        """Move pending mass sums and visibility counts into their tables."""
+        """Reduce every stage and move pending mass sums and visibility counts into their tables."""
         super().flush()
         self._vis.flush()
 
     def merge(self, other: SiteReducer) -> None:
         """Add another decomposition reducer's sums and visibility counts."""
-        super().merge(other)
+        super().merge(other)  # flushes both
         assert isinstance(other, DecompositionReducer)
         self._vis.merge(other._vis)
 
@@ -157,7 +156,7 @@ class DecompositionReducer(SiteReducer):
 
     def load_state_dict(self, state: dict) -> None:
         """Replace the state with ``state_dict()`` output."""
-        super().load_state_dict(state)
+        super().load_state_dict(state)  # drops the stages
         self._vis.replace(
             {
                 (str(v["stack"]), int(v["layer"])): SiteTable.from_state(self._vis_shapes(), v)

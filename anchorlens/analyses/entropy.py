@@ -9,14 +9,8 @@ import torch
 from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import (
-    PLOGP_COLUMNS,
-    column_mass,
-    column_plogp,
-    query_counts,
-    query_role_sums,
-    visible_key_counts,
-)
+from anchorlens.analyses.shared import PLOGP_COLUMNS, column_mass, column_plogp, visible_key_counts
+from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
@@ -70,37 +64,44 @@ class EntropyReducer(SiteReducer):
         r = (NUM_ROLES,)
         return {"sum": r, "count": r, "content_sum": r, "content_count": r}
 
-    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, q, K] -> four [B, H, R] float64 sums, from the shared key-column sums of p and p·log p."""
-        inv_log_keys, sees_content = self._visible(event)  # [B, 1, q, 2], [B, 1, q, 1]
-        # overall and content entropy side by side in the last dim: one pass of the small ops for both
-        mass = column_mass(event)[..., PLOGP_COLUMNS]  # [B, H, q, 2]: every valid key, content keys
-        values = _entropy_from_terms(column_plogp(event), mass, inv_log_keys)
-        # a query that sees no content key or puts no mass on it has no content entropy (not counted);
-        # padding queries weigh nothing in the sums over query roles
-        c_ok = (mass[..., 1:] > 0).logical_and_(sees_content).to(values.dtype)  # [B, H, q, 1]
-        values[..., 1:].mul_(c_ok)
-        sums = query_role_sums(event, torch.cat([values, c_ok], -1))  # [B, H, R, 3]
-        return {
-            "sum": sums[..., 0],
-            "count": query_counts(event),
-            "content_sum": sums[..., 1],
-            "content_count": sums[..., 2],
-        }
+    def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """[B, H, q, 2] mass and [B, H, q, 2] sum of p·log p, over every valid key and over content keys."""
+        return column_mass(event)[..., PLOGP_COLUMNS], column_plogp(event)
 
-    def _visible(self, event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
-        """From the visible keys per query (all, content), shared by the layers of a forward: 1 / log(n), 0 where
-        n < 2, [B, 1, q, 2] (probs dtype) and whether a content key is visible [B, 1, q, 1] (bool)."""
+    def _stage_constants(self, event: AttentionEvent) -> dict:
+        """From the visible keys per query (all, content), shaped [B|1, 1, q, 1, F] like the staged values: 1 / log(n),
+        0 where n < 2, and whether a content key is visible (bool); shared by the layers of a forward."""
 
-        def compute() -> tuple[torch.Tensor, torch.Tensor]:
-            counts = visible_key_counts(event)  # [B, q, R]
-            keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None]
-            return torch.where(keys >= 2, 1.0 / keys.clamp_min(2).log(), 0.0), keys[..., 1:] >= 1
+        def compute() -> dict:
+            counts = visible_key_counts(event)  # [B|1, q, R]
+            keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None, :, None]
+            return {
+                "inv_log_keys": torch.where(keys >= 2, 1.0 / keys.clamp_min(2).log(), 0.0),
+                "sees_content": keys[..., 1:] >= 1,
+            }
 
         layout = event.layout
         return self._same_mask.get(
-            (event.visible, layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid, event.probs.dtype), compute
+            (event.visible, layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid, event.probs.device),
+            compute,
         )
+
+    def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
+        """Four [L, B, H, R] sums (count: [1, B, 1, R]), float64, from the staged mass and p·log p."""
+        mass = stage.stacked(0)  # [B, H, q, L, 2]: over every valid key, over content keys
+        # overall and content entropy side by side in the last dim: one pass of the small ops for both
+        entropy = _entropy_from_terms(stage.stacked(1), mass, stage.constants["inv_log_keys"])
+        # a query that sees no content key or puts no mass on it has no content entropy (not counted);
+        # padding queries weigh nothing in the sums over query roles
+        c_ok = (mass[..., 1:] > 0).logical_and_(stage.constants["sees_content"]).to(entropy.dtype)
+        entropy[..., 1:].mul_(c_ok)
+        sums = stage.role_sums(torch.cat([entropy, c_ok], -1))  # [L, B, H, R, 3]
+        return {
+            "sum": sums[..., 0],
+            "count": stage.query_counts(),
+            "content_sum": sums[..., 1],
+            "content_count": sums[..., 2],
+        }
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

@@ -9,15 +9,9 @@ import torch
 from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, long_frame
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import (
-    FIRST_KEY,
-    anchor_key_index,
-    column_mass_by_query_role,
-    query_counts,
-    query_role_sums,
-)
+from anchorlens.analyses.shared import FIRST_KEY, anchor_key_index, column_mass
+from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import NUM_ROLES
 
 
@@ -37,7 +31,6 @@ class FirstTokenReducer(SiteReducer):
     def __init__(self, anchor_position: int | None = None) -> None:
         super().__init__()
         self.anchor_position = None if anchor_position is None else int(anchor_position)
-        self._same_layout = IdentityCache()
 
     def state_options(self) -> dict:
         """``{"anchor_position": ...}``: which valid key is the anchor."""
@@ -47,27 +40,38 @@ class FirstTokenReducer(SiteReducer):
         """sum: [R]; count: [R]."""
         return {"sum": (NUM_ROLES,), "count": (NUM_ROLES,)}
 
-    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, Q, K] -> sum [B, H, R], count [B, H, R] (float64).
+    def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """[B, H, q, F]: each query's mass on the anchor key.
 
-        The first valid key is a column of the shared key-column sums; another anchor is gathered.
+        The first valid key is a column of the shared key-column sums (all of them are staged: the same tensor
+        as the other reducers'); another anchor is gathered, [B, H, q, 1] (0 where an example has too few
+        valid keys, or the anchor comes after the keys the event covers: hidden, mass 0).
         """
+        if not self.anchor_position:
+            return (column_mass(event),)
         probs = event.probs
         b, h, q, _ = probs.shape
-        dev = probs.device
-        if not self.anchor_position:
-            total = column_mass_by_query_role(event)[..., FIRST_KEY]  # zero where no key was found
-            valid, counts = event.layout.k.valid, query_counts(event)
-            count = self._same_layout.get(
-                (valid, counts), lambda: counts * valid.to(dev).bool().any(1).view(b, 1, 1).to(counts.dtype)
-            )
-            return {"sum": total, "count": count}
-        k_index, found = anchor_key_index(event.layout.k.valid.to(dev), self.anchor_position)
-        covered = found & (k_index < event.key_count)  # an anchor after the covered keys is hidden: mass 0
+        k_index, found = anchor_key_index(event.layout.k.valid.to(probs.device), self.anchor_position)
+        covered = found & (k_index < event.key_count)
         index = torch.where(covered, k_index, 0).view(b, 1, 1, 1).expand(b, h, q, 1)
-        mass = probs.gather(-1, index).squeeze(-1)  # [B, H, q]
-        total = query_role_sums(event, mass * covered.view(b, 1, 1).to(mass.dtype))
-        return {"sum": total, "count": query_counts(event) * found.view(b, 1, 1)}
+        return (probs.gather(-1, index) * covered.view(b, 1, 1, 1).to(probs.dtype),)
+
+    def _stage_constants(self, event: AttentionEvent) -> dict:
+        """found: [1, B, 1, 1] float64, whether the example has the anchor key (else it counts no query)."""
+        valid = event.layout.k.valid.to(event.probs.device).bool()
+        if not self.anchor_position:
+            found = valid.any(1)
+        else:
+            found = anchor_key_index(valid, self.anchor_position)[1]
+        return {"found": found.view(1, -1, 1, 1).to(torch.float64)}
+
+    def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
+        """sum [L, B, H, R], count [1, B, 1, R] (float64)."""
+        sums = stage.role_sums_of()
+        return {
+            "sum": sums[..., FIRST_KEY] if not self.anchor_position else sums[..., 0],
+            "count": stage.query_counts() * stage.constants["found"],
+        }
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

@@ -9,7 +9,8 @@ import torch
 from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import long_frame
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import column_mass_by_query_role, query_counts
+from anchorlens.analyses.shared import column_mass
+from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 
@@ -32,9 +33,13 @@ class RoleFlowReducer(SiteReducer):
         """mass: [R, R]; count: [R]."""
         return {"mass": (NUM_ROLES, NUM_ROLES), "count": (NUM_ROLES,)}
 
-    def _reduce(self, event: AttentionEvent) -> dict[str, torch.Tensor]:
-        """probs [B, H, q, K] -> mass [B, H, R, R], count [B, H, R] (float64), from the shared key-column sums."""
-        return {"mass": column_mass_by_query_role(event)[..., :NUM_ROLES], "count": query_counts(event)}
+    def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
+        """[B, H, q, C]: the shared key-column sums, whose first R columns are the mass on each key role."""
+        return (column_mass(event),)
+
+    def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
+        """mass [L, B, H, R, R] (query role x key role), count [1, B, 1, R] (float64)."""
+        return {"mass": stage.role_sums_of()[..., :NUM_ROLES], "count": stage.query_counts()}
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

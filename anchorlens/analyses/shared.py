@@ -10,19 +10,17 @@ so the reducers read the probabilities through a few shared reductions, each cac
   probabilities.
 - :func:`column_plogp`: sum of p·log p over every valid key and over content keys, from the event's
   logits (one product and one matmul).
-- :func:`query_role_sums`: a per-query table summed over the queries of each role, in float64 (one
-  batched matmul); :func:`column_mass_by_query_role` is that sum of :func:`column_mass`.
 
-An event also costs a few dozen small tensor operations, about as much as these passes on a CPU, so
-everything that depends only on the layout or the mask (key columns, query one-hots and counts) is built
-once per forward and shared by its layers (:class:`~anchorlens.capture.identity.IdentityCache`).
+What the reducers do with these per-query tables (entropy terms, sums over query roles) runs on the tables
+of several layers at once (:mod:`anchorlens.analyses.stage`), and everything that depends only on the
+layout or the mask (key columns, query one-hots) is built once per forward and shared by its layers
+(:class:`~anchorlens.capture.identity.IdentityCache`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from anchorlens.analyses.base import role_onehot
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
@@ -37,7 +35,15 @@ _INPUT_IDX = [int(r) for r in INPUT_ROLES]
 
 _COLUMNS = IdentityCache()
 _QUERY_HOT = IdentityCache()
-_QUERY_COUNTS = IdentityCache()
+
+
+def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
+
+    Role values outside ``0..NUM_ROLES-1`` get an all-zero row (ignored).
+    """
+    ids = torch.arange(NUM_ROLES, device=roles.device)
+    return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
 
 
 def anchor_key_index(key_valid: torch.Tensor, position: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,12 +88,13 @@ def layout_key_columns(event: AttentionEvent) -> torch.Tensor:
 
 
 def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
-    """All the layout's key columns [B, K, C] and their :data:`PLOGP_COLUMNS` [B, K, 2], once per forward."""
+    """All the layout's key columns [B, K, C] and their :data:`PLOGP_COLUMNS` transposed [B, 2, K], once per
+    forward."""
     k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
 
     def compute() -> tuple[torch.Tensor, torch.Tensor]:
         every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
-        return every, every[..., PLOGP_COLUMNS].contiguous()
+        return every, every[..., PLOGP_COLUMNS].transpose(1, 2).contiguous()
 
     return _COLUMNS.get((k.roles, k.valid, dev, dtype), compute)
 
@@ -103,6 +110,11 @@ def key_columns(event: AttentionEvent) -> torch.Tensor:
 def query_roles(event: AttentionEvent) -> torch.Tensor:
     """[B, q, R] float64 one-hot of the event's query roles (zero rows for padding queries); cached."""
     return _query_hots(event)[0]
+
+
+def query_hot_transposed(event: AttentionEvent) -> torch.Tensor:
+    """[B, R, q] float64: :func:`query_roles` transposed (contiguous), for sums over the queries of each role."""
+    return _query_hots(event)[1]
 
 
 def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,14 +152,24 @@ def column_plogp(event: AttentionEvent) -> torch.Tensor:
     """
     if "column_plogp" not in event.cache:
         p = event.probs
-        columns = _layout_columns(event)[1][:, : event.key_count]
+        columns_t = _layout_columns(event)[1][..., : event.key_count]
         if event.scores is None or event.log_norm is None:
-            event.cache["column_plogp"] = _per_column(torch.xlogy(p, p), columns)
+            event.cache["column_plogp"] = _per_two_columns(torch.xlogy(p, p), columns_t)
         else:
             product = torch.mul(p, event.scores, out=_work_buffer(event))  # [B, H, q, K], consumed at once
             mass = column_mass(event)[..., PLOGP_COLUMNS]
-            event.cache["column_plogp"] = torch.addcmul(_per_column(product, columns), mass, event.log_norm, value=-1)
+            event.cache["column_plogp"] = torch.addcmul(
+                _per_two_columns(product, columns_t), mass, event.log_norm, value=-1
+            )
     return event.cache["column_plogp"]
+
+
+def _per_two_columns(values: torch.Tensor, columns_t: torch.Tensor) -> torch.Tensor:
+    """:func:`_per_column` for two columns given transposed ([B, 2, K]): [B, H, q, K] -> [B, H, q, 2].
+
+    With so few columns, [2, K] x [K, H·q] runs about twice as fast on a CPU as [H·q, K] x [K, 2]."""
+    b, h, q, k = values.shape
+    return torch.matmul(columns_t, values.reshape(b, h * q, k).transpose(1, 2)).transpose(1, 2).view(b, h, q, 2)
 
 
 def _work_buffer(event: AttentionEvent) -> torch.Tensor:
@@ -168,33 +190,3 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
         seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
         event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[..., :NUM_ROLES])
     return event.cache["visible_key_counts"]
-
-
-def query_role_sums(event: AttentionEvent, values: torch.Tensor) -> torch.Tensor:
-    """Sum per-query values over the valid queries of each role: [B, H, q, ...] -> [B, H, R, ...] float64.
-
-    Padding queries weigh 0; their values may be NaN (a fully masked row) and are zeroed first.
-    """
-    transposed = _query_hots(event)[1]  # [B, R, q]
-    b, h, q = values.shape[:3]
-    flat = values.reshape(b, h, q, -1)
-    # one float64 copy, queries first, so that a single [R, q] x [q, H·F] product per example sums every head
-    staged = torch.empty(b, q, h, flat.shape[-1], dtype=torch.float64, device=values.device)
-    staged.copy_(flat.transpose(1, 2)).nan_to_num_()
-    sums = torch.bmm(transposed, staged.view(b, q, -1))  # [B, R, H·F]
-    return sums.view(b, -1, h, *values.shape[3:]).transpose(1, 2)
-
-
-def column_mass_by_query_role(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, R, C] float64: :func:`column_mass` summed over the valid queries of each role; cached."""
-    if "column_mass_by_query_role" not in event.cache:
-        event.cache["column_mass_by_query_role"] = query_role_sums(event, column_mass(event))
-    return event.cache["column_mass_by_query_role"]
-
-
-def query_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, R] float64: valid queries of each role (the same for every head); shared by the layers of a forward."""
-    q_hot, width = query_roles(event), event.probs.shape[1]
-    return _QUERY_COUNTS.get(
-        (q_hot, width), lambda: q_hot.sum(1)[:, None, :].expand(q_hot.shape[0], width, q_hot.shape[-1])
-    )

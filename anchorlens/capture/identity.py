@@ -8,6 +8,16 @@ from typing import Any
 import torch
 
 
+def identity_key(keys: tuple) -> tuple:
+    """A hashable stand-in for ``keys``: tensors by ``id``, other values as they are."""
+    return tuple(id(k) if isinstance(k, torch.Tensor) else k for k in keys)
+
+
+def same_tensors(kept: tuple, keys: tuple) -> bool:
+    """Whether ``keys`` hold the very same tensor objects as ``kept`` (whose identity key they share)."""
+    return all(a is b for a, b in zip(kept, keys, strict=True) if isinstance(a, torch.Tensor))
+
+
 class IdentityCache:
     """Values computed from tuples of tensors, reused while the very same tensors come back.
 
@@ -26,12 +36,16 @@ class IdentityCache:
 
         Tensors must be the very same objects; other keys (devices, dtypes) compare equal.
         """
-        ident = tuple(id(k) if isinstance(k, torch.Tensor) else k for k in keys)
+        ident = identity_key(keys)
         hit = self._entries.get(ident)
-        if hit is not None and all(a is b for a, b in zip(hit[0], keys, strict=True) if isinstance(a, torch.Tensor)):
+        if hit is not None and same_tensors(hit[0], keys):
             return hit[1]
         if len(self._entries) >= self._size:
             self._entries.clear()
         value = compute()
         self._entries[ident] = (keys, value)
         return value
+
+    def clear(self) -> None:
+        """Forget every entry (and release the tensors it kept alive)."""
+        self._entries.clear()

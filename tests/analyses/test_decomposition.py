@@ -57,7 +57,8 @@ def test_each_query_sums_to_one_and_query_chunks_add_up():
     for lo, hi in ((0, 3), (3, 4), (4, 8)):
         chunked.update(_query_slice(event, lo, hi))
     a, b = whole.frame(), chunked.frame()
-    assert len(a) == len(b) and (a.value - b.value).abs().max() < 1e-12
+    # float32 per-query mass summed over each chunk's queries in float32, then in float64 across chunks
+    assert len(a) == len(b) and (a.value - b.value).abs().max() < 1e-6
     # one query at a time: every single valid input query's parts sum to 1
     for q in range(8):
         one = make_reducer("decomposition")

@@ -75,14 +75,3 @@ def test_an_event_over_a_key_prefix_sums_like_the_full_event():
     assert valid.any()
     full = S.column_mass(_fresh(event))[:, :, :4]
     torch.testing.assert_close(S.column_mass(head) * valid, full * valid)
-
-
-def test_query_role_sums_weigh_padding_queries_zero_even_when_nan():
-    event = random_event(4, b=3, h=2, t=7, nan_padding=True)
-    values = event.probs.sum(-1, keepdim=True)  # [B, H, q, 1], NaN on padding queries
-    assert values.isnan().any()
-    sums = S.query_role_sums(_fresh(event), values)[..., 0]  # [B, H, R]
-    q_hot = S.query_roles(_fresh(event))
-    want = torch.einsum("bqr,bhq->bhr", q_hot, torch.nan_to_num(values[..., 0].double()) * (q_hot.sum(-1) > 0)[:, None])
-    torch.testing.assert_close(sums, want)
-    assert values.isnan().any()  # the caller's tensor is not modified in place

@@ -1,0 +1,177 @@
+"""Per-query values of several layers, reduced together: a reducer's small operations run once per group of layers.
+
+After its passes over the [B, H, q, K] probabilities, an attention event costs a reducer a few dozen
+operations on small per-query tables (entropy terms, sums over query roles, adding to the state): on a CPU
+about 20 µs each, as much as the passes themselves. The layers of one forward share their batch, their
+query chunks and (usually) their mask, so a reducer only keeps each event's per-query tensors in a
+:class:`QueryStage` of such layers and reduces the whole stage at once: when it is full, when the next batch
+comes, or when the state is read. A stage keeps at most about :data:`STAGE_BYTES` per reducer and call (a
+few layers at long inputs, every layer at short ones; reducers keeping views of the same tensors share
+them), so memory does not grow with depth.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from anchorlens.analyses.shared import query_hot_transposed
+from anchorlens.analyses.table import SiteKey
+from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.identity import IdentityCache, identity_key, same_tensors
+
+STAGE_BYTES = 4 << 20  # per reducer and attention call (all its query chunks together)
+_MAX_SLOTS = 64
+# the last stage's role sums, with the tensors they came from (one entry: what it keeps alive stays small;
+# :func:`release` empties it once the state is read)
+_LAST_ROLE_SUMS = IdentityCache(size=1)
+
+
+def release() -> None:
+    """Drop the role sums kept for the reducers that share a stage (and the tensors they keep alive)."""
+    _LAST_ROLE_SUMS.clear()
+
+
+class QueryStage:
+    """Per-query values of up to ``capacity`` sites that share a batch, a query chunk and a mask.
+
+    Each slot keeps the event's per-query tensors as they are ([B, H, q, F_i] each: the reducer hands over
+    tensors it owns, such as the shared key-column sums, never views of the capture's reused buffers), so
+    staging an event costs no tensor operation; :meth:`stacked` stacks a part of every slot in one.
+    ``sites[i]`` is the (stack, layer) of slot i. What the slots share comes from the first event:
+    ``example_ids`` [B], ``heads`` [H], ``query_hot_t`` [B, R, q] float64 (the one-hot of the chunk's query
+    roles, zero columns for padding queries) and ``constants``, what the reducer derived once from that
+    event's mask and layout (for example visible-key counts).
+    """
+
+    def __init__(self, event: AttentionEvent, capacity: int, constants: dict, scratch: dict | None = None) -> None:
+        self.capacity = capacity
+        self._scratch = {} if scratch is None else scratch
+        self.slots: list[tuple[torch.Tensor, ...]] = []
+        self.sites: list[SiteKey] = []
+        self.example_ids = event.example_ids
+        self.heads = event.heads
+        self.query_hot_t = query_hot_transposed(event)
+        self.constants = constants
+
+    @property
+    def full(self) -> bool:
+        """Whether every slot is filled."""
+        return len(self.slots) >= self.capacity
+
+    def add(self, event: AttentionEvent, parts: Sequence[torch.Tensor]) -> None:
+        """Keep the event's per-query values (``parts``: [B, H, q, F_i] each, no autograd) in the next slot."""
+        self.slots.append(tuple(parts))
+        self.sites.append((event.stack, int(event.layer)))
+
+    def stacked(self, part: int = 0) -> torch.Tensor:
+        """[B, H, q, L, F]: one part of every filled slot, stacked along a slot dim next to the columns, in a buffer
+        the stager reuses for that part (valid until the next stage's: fresh pages for every stage would cost
+        more than the copy)."""
+        tensors = [slot[part] for slot in self.slots]
+        like = tensors[0]
+        shape = (*like.shape[:3], len(tensors), like.shape[3])
+        numel = math.prod(shape)
+        buf = self._scratch.get((part, like.device, like.dtype))
+        if buf is None or buf.numel() < numel:
+            buf = self._scratch[part, like.device, like.dtype] = torch.empty(
+                numel, dtype=like.dtype, device=like.device
+            )
+        return torch.stack(tensors, dim=3, out=buf[:numel].view(shape))
+
+    def role_sums_of(self, part: int = 0) -> torch.Tensor:
+        """[L, B, H, R, F] float64: :meth:`role_sums` of :meth:`stacked`, computed once for the reducers that staged
+        the very same tensors (the shared key-column sums) and reduce the stage one after the other."""
+        tensors = tuple(slot[part] for slot in self.slots)
+        return _LAST_ROLE_SUMS.get((self.query_hot_t, *tensors), lambda: self.role_sums(self.stacked(part)))
+
+    def role_sums(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum ``values`` [B, H, q, L, F'] over the valid queries of each role: -> [L, B, H, R, F'] float64.
+
+        Padding queries weigh 0; their values may be NaN (a fully masked row) and are zeroed first (in place:
+        pass a tensor the caller owns, such as :meth:`stacked`'s). The sum over the chunk's queries runs in the
+        values' precision (float32: relative error ~1e-7·√q); what it returns is float64, as the state is.
+        """
+        b, h, q, slots, f = values.shape
+        hot = self.query_hot_t.to(values.dtype)[:, None]  # [B, 1, R, q]
+        sums = torch.matmul(hot, values.nan_to_num_().view(b, h, q, slots * f))  # [B, H, R, L·F']: one product
+        return sums.to(torch.float64).view(b, h, -1, slots, f).permute(3, 0, 1, 2, 4)
+
+    def query_counts(self) -> torch.Tensor:
+        """[1, B, 1, R] float64: valid queries of each role in the chunk (broadcasts over slots and heads)."""
+        return self.query_hot_t.sum(-1)[None, :, None, :]
+
+
+class Stager:
+    """The open stages of one reducer: every event goes to the stage of its batch, query chunk and mask.
+
+    Stages fill in the order of the events; a full stage, every stage when a new batch begins, and every
+    stage on :meth:`close_all` move to :attr:`ready`, where the reducer takes them from (:meth:`take_ready`).
+    """
+
+    def __init__(self, budget_bytes: int = STAGE_BYTES) -> None:
+        self.budget_bytes = budget_bytes
+        self._open: dict[tuple, tuple[tuple, QueryStage]] = {}
+        self._batch: torch.Tensor | None = None
+        self._scratch: dict = {}  # stacking buffers, by part
+        self.ready: list[QueryStage] = []
+
+    def add(self, event: AttentionEvent, parts: Sequence[torch.Tensor], constants: Callable[[], dict]) -> None:
+        """Keep the event's per-query values ``parts`` ([B, H, q, F_i]) in its stage (``constants()`` is called
+        only when the event opens a new stage)."""
+        if self._batch is not None and self._batch is not event.example_ids:
+            self.close_all()  # a new batch: every open stage is complete
+        self._batch = event.example_ids
+        layout = event.layout
+        keys = (
+            event.example_ids,
+            event.heads,
+            layout.q.roles,
+            layout.q.valid,
+            layout.k.roles,
+            layout.k.valid,
+            event.visible,
+            event.stack,
+            event.query_start,
+            event.probs.shape[1:3],
+            event.probs.device,
+        )
+        ident = identity_key(keys)
+        hit = self._open.get(ident)
+        if hit is not None and same_tensors(hit[0], keys):
+            stage = hit[1]
+        else:
+            stage = QueryStage(event, self._capacity(event, parts), constants(), self._scratch)
+            self._open[ident] = (keys, stage)
+        stage.add(event, parts)
+        if stage.full:
+            del self._open[ident]
+            self.ready.append(stage)
+
+    def _capacity(self, event: AttentionEvent, parts: Sequence[torch.Tensor]) -> int:
+        """Slots per stage: the budget over the bytes one layer keeps for *all* query chunks of the call (the
+        storage behind the parts, which may be views of larger tensors), so that the chunks' stages hold the
+        same layers and fill together."""
+        kept = sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in parts}.values())
+        total = event.query_total if event.query_total is not None else event.probs.shape[2]
+        per_layer = kept * max(total, 1) // max(event.probs.shape[2], 1)
+        return max(1, min(_MAX_SLOTS, self.budget_bytes // max(per_layer, 1)))
+
+    def close_all(self) -> None:
+        """Move every open stage to :attr:`ready`."""
+        self.ready.extend(stage for _, stage in self._open.values())
+        self._open.clear()
+        self._batch = None
+
+    def take_ready(self) -> list[QueryStage]:
+        """The stages ready to reduce, in the order they closed; they leave the stager."""
+        ready, self.ready = self.ready, []
+        return ready
+
+    def clear(self) -> None:
+        """Drop every stage, open or ready."""
+        self._open.clear()
+        self.ready.clear()
+        self._batch = None
