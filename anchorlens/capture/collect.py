@@ -28,7 +28,9 @@ def encode_batches(
     max_length: int | None = None,
     sort_by_length: bool = True,
 ) -> Iterator[Encoded]:
-    """Render and encode examples in batches; length-sorted batches waste less padding.
+    """Render and encode examples in batches; length-sorted batches waste less padding, and the longest batch
+    comes first, so that memory peaks at once (an input too long for the machine fails before any other work)
+    and the capture's reused buffers are allocated once, at their largest.
 
     Inputs longer than ``max_length`` (default: the base's context length) are truncated; a
     ``InputTruncated`` warning says how many once all batches are out.
@@ -39,7 +41,7 @@ def encode_batches(
     rendered = [template.render(ex) for ex in examples]
     order = list(range(len(examples)))
     if sort_by_length:
-        order.sort(key=lambda i: len(rendered[i].text))
+        order.sort(key=lambda i: len(rendered[i].text), reverse=True)
     truncated = 0
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
@@ -67,8 +69,9 @@ def stream_statistics(
 ) -> Sequence[Reducer]:
     """Feed every batch's attention to ``reducers``; memory stays one batch of one site's maps."""
     sink = StreamSink(reducers)
+    scratch: dict = {}  # the recompute's buffers, shared by every batch
     for batch in batches:
-        capture_batch(target, batch, sink, selection, need_logits=False, options=options)
+        capture_batch(target, batch, sink, selection, need_logits=False, options=options, scratch=scratch)
         if progress is not None:
             progress.update(batch.batch_size)
     return reducers
@@ -83,10 +86,11 @@ def collect_maps(
 ) -> list[AttentionMaps]:
     """Full maps of the first ``max_examples`` examples (use for a handful, not for datasets)."""
     sink = MapSink(max_examples=max_examples)
+    scratch: dict = {}
     seen = 0
     for batch in batches:
         if seen >= max_examples:
             break
-        capture_batch(target, batch, sink, selection, need_logits=False, options=options)
+        capture_batch(target, batch, sink, selection, need_logits=False, options=options, scratch=scratch)
         seen += batch.batch_size
     return sink.maps(dict(target.adapter.stack_sequences))

@@ -91,13 +91,15 @@ def capture_batch(
     selection: Selection = Selection(),
     need_logits: bool = True,
     options: CaptureOptions = CaptureOptions(),
+    scratch: dict | None = None,
 ):
     """Forward one batch with capture active; returns the model's outputs.
 
     ``need_logits=False`` (statistics-only runs) skips the full-vocabulary logits of every
     position where the model allows it; attention is unaffected. ``options`` choose the output mode
     (``auto``: fast without logits, strict with) and the recompute's memory budget. A selection the
-    model does not have raises UsageError before the forward.
+    model does not have raises UsageError before the forward. ``scratch``: a dict the calls for one stream of
+    batches share, so the recompute's buffers are allocated once (see :class:`CaptureSession`).
     """
     batch = batch.to(target.device)
     session = CaptureSession(
@@ -108,6 +110,7 @@ def capture_batch(
         selection,
         options.resolved(need_logits),
         num_heads(target.model),
+        scratch,
     )
     install(target.model)
     kwargs = {} if need_logits else _skip_lm_head(target.model)

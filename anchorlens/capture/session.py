@@ -38,8 +38,12 @@ class CaptureSession:
         selection: Selection = Selection(),
         options: CaptureOptions = CaptureOptions(),
         num_heads: int | None = None,
+        scratch: dict | None = None,
     ) -> None:
-        """Raises UsageError before any forward when ``selection`` names layers/heads the model lacks."""
+        """Raises UsageError before any forward when ``selection`` names layers/heads the model lacks.
+
+        ``scratch``: the buffers (by name) to reuse, shared by the sessions of one stream of batches so that
+        they are allocated once, not once per batch (a fresh dict when None)."""
         layers_per_stack: dict[str, int] = {}
         for site, _ in sites:
             layers_per_stack[site.stack] = max(layers_per_stack.get(site.stack, 0), site.layer + 1)
@@ -52,7 +56,7 @@ class CaptureSession:
         self.example_ids = example_ids
         self.heads = selection.heads if num_heads is None else selection.head_indices(num_heads)
         self.options = options
-        self.scratch: dict = {}  # per-forward buffers, by name
+        self.scratch: dict = {} if scratch is None else scratch  # reused buffers, by name
         # per-forward work keyed on the mask and layout tensors the layers share (visibility, query slices)
         self.shared = IdentityCache(size=256)
         self._heads_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
@@ -133,8 +137,8 @@ class CaptureSession:
         )
 
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A flat buffer of at least ``numel`` elements kept for this forward and reused by every layer
-        (``"logits"``: the attention function's logits; ``"work"``: lent to reducers as ``cache["work"]``)."""
+        """A flat buffer of at least ``numel`` elements reused by every layer (and by the next batches of a stream:
+        ``"logits"``/``"probs"``: the attention function's; ``"work"``: lent to reducers as ``cache["work"]``)."""
         key = (name, device, dtype)
         buf = self.scratch.get(key)
         if buf is None or buf.numel() < numel:
