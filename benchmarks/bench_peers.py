@@ -58,6 +58,17 @@ def first_token_from_maps(attentions, attention_mask: torch.Tensor) -> np.ndarra
     return np.stack(out, axis=1)
 
 
+def entropy_from_maps(attentions, attention_mask: torch.Tensor) -> np.ndarray:
+    """[B, L, H] mean row entropy (nats) over valid queries, from per-layer maps [B, H, Q, K]: what a user of
+    eager attention computes beside the first-token mass (a pass over every map, as anchorlens' entropy makes)."""
+    w = attention_mask.bool()[:, None, :].float()
+    out = []
+    for att in attentions:
+        h = -torch.special.xlogy(att.float(), att.float()).sum(-1)  # [B, H, Q]
+        out.append(((h * w).sum(-1) / w.sum(-1)).numpy())
+    return np.stack(out, axis=1)
+
+
 def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarray]:
     """example id -> [L, H] first-token mass (query role ``all``) from a first_token reducer frame."""
     rows = frame[(frame["metric"] == "first_token_mass") & (frame["query_role"] == "all")]
@@ -94,6 +105,7 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
             for b in bs:
                 out = base.forward(b, logits_to_keep=1, output_attentions=True)
                 m = first_token_from_maps(out.attentions, b.attention_mask)
+                entropy_from_maps(out.attentions, b.attention_mask)  # like-for-like: the reducers compute it too
                 masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
 
     def streaming(bs, which):

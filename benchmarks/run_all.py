@@ -9,6 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     "bench_peers.py",
+    "bench_paired.py",
     "bench_capture.py",
     "bench_long_inputs.py",
     "bench_statistics.py",

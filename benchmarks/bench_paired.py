@@ -1,0 +1,89 @@
+"""Paired in-process benchmark: plain forward, eager + ``output_attentions`` and anchorlens fast capture on the
+same batches, alternating batch by batch in one process, so that the slow drift of a shared machine cancels.
+
+``bench_peers.py`` runs every mode in its own process (and so also measures peak memory), but on a shared
+machine the speed of identical runs drifts by ±10% between processes, as large as the differences it
+measures. Here the three modes take turns on every batch (the order rotating from batch to batch, so no
+mode always runs first after another) over ``--repeats`` rounds of the 64 real RTE examples (batch 8,
+SmolLM2-135M); every mode computes per-layer/head first-token mass and row entropy. Reported: the CPU time
+of each mode summed over all batches and rounds, relative to plain, and the spread of the per-round ratios.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_peers import entropy_from_maps, first_token_from_maps, rte_batches  # noqa: E402
+
+MODES = ("plain", "eager", "fast")
+
+
+def main() -> None:
+    """Alternate the modes batch by batch and print their CPU-time ratios to plain."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args, _ = parser.parse_known_args()
+    torch.set_num_threads(args.threads)
+    from anchorlens.analyses import default_reducers
+    from anchorlens.capture.collect import stream_statistics
+    from anchorlens.models.loading import load_base
+
+    base = load_base("smollm2-135m")
+    batches = rte_batches(base)
+    reducers = default_reducers()
+
+    def plain(b):
+        base.model.set_attn_implementation("sdpa")
+        with torch.no_grad():
+            base.forward(b, logits_to_keep=1)
+
+    def eager(b):
+        base.model.set_attn_implementation("eager")
+        with torch.no_grad():
+            out = base.forward(b, logits_to_keep=1, output_attentions=True)
+            first_token_from_maps(out.attentions, b.attention_mask)
+            entropy_from_maps(out.attentions, b.attention_mask)
+
+    def fast(b):
+        stream_statistics(base, [b], reducers)
+
+    run = {"plain": plain, "eager": eager, "fast": fast}
+    for mode in MODES:  # warm-up: installs the attention function, sizes the allocator
+        run[mode](batches[0])
+    rounds = []
+    turn = 0
+    for _ in range(args.repeats):
+        cpu = dict.fromkeys(MODES, 0.0)
+        for b in batches:
+            order = MODES[turn % len(MODES) :] + MODES[: turn % len(MODES)]
+            turn += 1
+            for mode in order:
+                t = time.process_time()
+                run[mode](b)
+                cpu[mode] += time.process_time() - t
+        rounds.append(cpu)
+        print({m: round(cpu[m] / cpu["plain"], 4) for m in MODES}, flush=True)
+    total = {m: sum(r[m] for r in rounds) for m in MODES}
+    print(
+        f"\nSmolLM2-135M, 64 RTE examples, batch 8, {args.threads} thread(s), {args.repeats} rounds, "
+        "modes alternating per batch in one process"
+    )
+    print("| mode | CPU time vs plain (all rounds) | per round |")
+    print("|---|---|---|")
+    for m in MODES:
+        per_round = " / ".join(f"{r[m] / r['plain']:.3f}" for r in rounds)
+        print(f"| {m} | {total[m] / total['plain']:.3f}x | {per_round} |")
+
+
+if __name__ == "__main__":
+    main()
