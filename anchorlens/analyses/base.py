@@ -1,4 +1,4 @@
-"""Shared machinery of the metric reducers: site tables, merging, state dicts, role one-hots."""
+"""Shared machinery of the metric reducers: staging, site tables, merging, state dicts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
-from anchorlens.analyses.stage import QueryStage, Stager, release
+from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import ROLE_NAMES
@@ -37,7 +37,7 @@ class SiteReducer:
     Subclasses set ``name`` and implement ``_shapes`` (state arrays per example and head), ``_per_query``
     (an event's per-query values, e.g. read from the shared key-column sums), ``_reduce_stage`` (the
     per-query values of a stage of layers -> their sums) and ``_site_frame`` (arrays -> tidy rows), and list
-    the options that change the state in ``state_options``. Each event only copies its per-query values into
+    the options that change the state in ``state_options``. Each event only hands its per-query tensors to
     a :class:`~anchorlens.analyses.stage.QueryStage`; stages are reduced several layers at a time, and their
     sums wait on the device (:class:`SiteSums`) until the next batch comes or the state is read.
     """
@@ -54,7 +54,8 @@ class SiteReducer:
         raise NotImplementedError
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
-        """The event's per-query values: [B, H, q, F_i] float tensors, staged side by side."""
+        """The event's per-query values: [B, H, q, F_i] float tensors the reducer may keep (not views of the
+        capture's reused buffers), one stage part each."""
         raise NotImplementedError
 
     def _stage_constants(self, event: AttentionEvent) -> dict:
@@ -80,11 +81,11 @@ class SiteReducer:
         """Stage one batch's per-query values at one site; reduce the stages that are complete."""
         self._stager.add(event, self._per_query(event), lambda: self._stage_constants(event))
         if self._stager.ready:
-            self._reduce_ready()
+            self._reduce_ready(event.cache)
 
-    def _reduce_ready(self) -> None:
-        """Reduce every complete stage into the pending sums."""
-        for stage in self._stager.take_ready():
+    def _reduce_ready(self, shared: dict | None = None) -> None:
+        """Reduce every complete stage into the pending sums (one at a time: an error loses no other stage)."""
+        while (stage := self._stager.next_ready(shared)) is not None:
             self._add_stage(stage)
 
     def _add_stage(self, stage: QueryStage) -> None:
@@ -95,7 +96,7 @@ class SiteReducer:
         """Reduce every stage and move the pending sums into the tables (reading the state does it first)."""
         self._stager.close_all()
         self._reduce_ready()
-        release()
+        self._stager.release_buffers()
         self._sums.flush()
 
     def merge(self, other: SiteReducer) -> None:
@@ -153,4 +154,5 @@ class SiteReducer:
         return sorted(self._sums.tables())
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(sites={len(self.sites())}, options={self.state_options()})"
+        sites = self._sums.known_sites() | self._stager.sites()  # no flush: printing must not reduce anything
+        return f"{type(self).__name__}(sites={len(sites)}, options={self.state_options()})"

@@ -10,7 +10,7 @@ that cover every valid key, so the parts sum to 1 per query:
     soft_prompt, instance, capsule
                         guidance keys of that role (``guidance`` in frames = their sum)
 
-State (float64, summed per query, so query chunks and examples add up): ``mass[g, p]`` over the
+State (float64 sums over queries, so query chunks and examples add up): ``mass[g, p]`` over the
 valid queries of query group g (0: input = special+structural+content, 1: guidance) and
 ``count[g]``. A second, head-independent table keeps what the mask lets each query see:
 ``pairs[s, r]`` = number of (valid query of role s, visible valid key of role r) pairs (r = the

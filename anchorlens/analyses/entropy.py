@@ -82,7 +82,15 @@ class EntropyReducer(SiteReducer):
 
         layout = event.layout
         return self._same_mask.get(
-            (event.visible, layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid, event.probs.device),
+            (
+                event.visible,
+                layout.q.roles,
+                layout.q.valid,
+                layout.k.roles,
+                layout.k.valid,
+                event.probs.device,
+                event.probs.dtype,
+            ),
             compute,
         )
 

@@ -7,7 +7,8 @@ query chunks and (usually) their mask, so a reducer only keeps each event's per-
 :class:`QueryStage` of such layers and reduces the whole stage at once: when it is full, when the next batch
 comes, or when the state is read. A stage keeps at most about :data:`STAGE_BYTES` per reducer and call (a
 few layers at long inputs, every layer at short ones; reducers keeping views of the same tensors share
-them), so memory does not grow with depth.
+them), so memory does not grow with depth. Sums over a chunk's queries run in the per-query values'
+precision (float32 from the capture); the state they are added to is float64.
 """
 
 from __future__ import annotations
@@ -24,14 +25,6 @@ from anchorlens.capture.identity import IdentityCache, identity_key, same_tensor
 
 STAGE_BYTES = 4 << 20  # per reducer and attention call (all its query chunks together)
 _MAX_SLOTS = 64
-# the last stage's role sums, with the tensors they came from (one entry: what it keeps alive stays small;
-# :func:`release` empties it once the state is read)
-_LAST_ROLE_SUMS = IdentityCache(size=1)
-
-
-def release() -> None:
-    """Drop the role sums kept for the reducers that share a stage (and the tensors they keep alive)."""
-    _LAST_ROLE_SUMS.clear()
 
 
 class QueryStage:
@@ -43,7 +36,9 @@ class QueryStage:
     ``sites[i]`` is the (stack, layer) of slot i. What the slots share comes from the first event:
     ``example_ids`` [B], ``heads`` [H], ``query_hot_t`` [B, R, q] float64 (the one-hot of the chunk's query
     roles, zero columns for padding queries) and ``constants``, what the reducer derived once from that
-    event's mask and layout (for example visible-key counts).
+    event's mask and layout (for example visible-key counts). ``shared`` is the cache of the event during
+    which the stage is reduced (every reducer reduces its stages on the same event, so work on the very same
+    tensors, such as the role sums of the shared key-column sums, is done once and dies with the event).
     """
 
     def __init__(self, event: AttentionEvent, capacity: int, constants: dict, scratch: dict | None = None) -> None:
@@ -55,6 +50,7 @@ class QueryStage:
         self.heads = event.heads
         self.query_hot_t = query_hot_transposed(event)
         self.constants = constants
+        self.shared: dict = {}
 
     @property
     def full(self) -> bool:
@@ -81,11 +77,12 @@ class QueryStage:
             )
         return torch.stack(tensors, dim=3, out=buf[:numel].view(shape))
 
-    def role_sums_of(self, part: int = 0) -> torch.Tensor:
-        """[L, B, H, R, F] float64: :meth:`role_sums` of :meth:`stacked`, computed once for the reducers that staged
-        the very same tensors (the shared key-column sums) and reduce the stage one after the other."""
-        tensors = tuple(slot[part] for slot in self.slots)
-        return _LAST_ROLE_SUMS.get((self.query_hot_t, *tensors), lambda: self.role_sums(self.stacked(part)))
+    def role_sums_of(self) -> torch.Tensor:
+        """[L, B, H, R, F] float64: :meth:`role_sums` of the first part, computed once for the reducers that staged
+        the very same tensors (the shared key-column sums) and reduce the stage during the same event."""
+        tensors = tuple(slot[0] for slot in self.slots)
+        cache = self.shared.setdefault("role_sums", IdentityCache(size=16))
+        return cache.get((self.query_hot_t, *tensors), lambda: self.role_sums(self.stacked(0)))
 
     def role_sums(self, values: torch.Tensor) -> torch.Tensor:
         """Sum ``values`` [B, H, q, L, F'] over the valid queries of each role: -> [L, B, H, R, F'] float64.
@@ -108,7 +105,7 @@ class Stager:
     """The open stages of one reducer: every event goes to the stage of its batch, query chunk and mask.
 
     Stages fill in the order of the events; a full stage, every stage when a new batch begins, and every
-    stage on :meth:`close_all` move to :attr:`ready`, where the reducer takes them from (:meth:`take_ready`).
+    stage on :meth:`close_all` move to :attr:`ready`, where the reducer takes them from (:meth:`next_ready`).
     """
 
     def __init__(self, budget_bytes: int = STAGE_BYTES) -> None:
@@ -143,6 +140,8 @@ class Stager:
         if hit is not None and same_tensors(hit[0], keys):
             stage = hit[1]
         else:
+            if hit is not None:  # cannot happen while the kept keys hold their ids; never drop a stage anyway
+                self.ready.append(hit[1])
             stage = QueryStage(event, self._capacity(event, parts), constants(), self._scratch)
             self._open[ident] = (keys, stage)
         stage.add(event, parts)
@@ -165,13 +164,27 @@ class Stager:
         self._open.clear()
         self._batch = None
 
-    def take_ready(self) -> list[QueryStage]:
-        """The stages ready to reduce, in the order they closed; they leave the stager."""
-        ready, self.ready = self.ready, []
-        return ready
+    def next_ready(self, shared: dict | None = None) -> QueryStage | None:
+        """The oldest stage ready to reduce (it leaves the stager), with ``shared`` as its cache; None when none is."""
+        if not self.ready:
+            return None
+        stage = self.ready.pop(0)
+        if shared is not None:
+            stage.shared = shared
+        return stage
+
+    def sites(self) -> set[SiteKey]:
+        """The sites of every stage not reduced yet."""
+        stages = [stage for _, stage in self._open.values()] + self.ready
+        return {site for stage in stages for site in stage.sites}
+
+    def release_buffers(self) -> None:
+        """Free the stacking buffers (a stream allocates them again at its first full stage)."""
+        self._scratch.clear()
 
     def clear(self) -> None:
-        """Drop every stage, open or ready."""
+        """Drop every stage, open or ready, and the stacking buffers."""
         self._open.clear()
         self.ready.clear()
         self._batch = None
+        self.release_buffers()

@@ -202,6 +202,10 @@ class SiteSums:
             self._tables[site] = SiteTable(self.shapes)
         return self._tables[site]
 
+    def known_sites(self) -> set[SiteKey]:
+        """Every site with a table or pending sums (commits nothing)."""
+        return set(self._tables) | set(self._group_of)
+
     def items(self) -> Iterator[tuple[SiteKey, SiteTable]]:
         """(site, table) pairs sorted by site, pending sums included."""
         return iter(sorted(self.tables().items()))

@@ -294,7 +294,7 @@ def anchorlens_attention_forward(
     parts = []
     with torch.set_grad_enabled(eager and torch.is_grad_enabled()):
         # logits and probabilities live only until the chunk's event is consumed: one pair of buffers
-        # serves every layer
+        # serves every layer (and every batch of a stream)
         buffers = None
         if active is not None and not torch.is_grad_enabled():
             size = call.query.shape[0] * width * rows * call.key.shape[2]  # [B, width, rows, K]

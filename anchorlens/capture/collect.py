@@ -29,8 +29,8 @@ def encode_batches(
     sort_by_length: bool = True,
 ) -> Iterator[Encoded]:
     """Render and encode examples in batches; length-sorted batches waste less padding, and the longest batch
-    comes first, so that memory peaks at once (an input too long for the machine fails before any other work)
-    and the capture's reused buffers are allocated once, at their largest.
+    (by rendered characters) comes first, so that memory peaks at once (an input too long for the machine
+    fails before any other work) and the capture's reused buffers are allocated at about their largest.
 
     Inputs longer than ``max_length`` (default: the base's context length) are truncated; a
     ``InputTruncated`` warning says how many once all batches are out.
@@ -67,13 +67,18 @@ def stream_statistics(
     progress=None,
     options: CaptureOptions = CaptureOptions(),
 ) -> Sequence[Reducer]:
-    """Feed every batch's attention to ``reducers``; memory stays one batch of one site's maps."""
+    """Feed every batch's attention to ``reducers`` and flush them (those that have ``flush``); memory stays one
+    batch of one site's maps."""
     sink = StreamSink(reducers)
     scratch: dict = {}  # the recompute's buffers, shared by every batch
     for batch in batches:
         capture_batch(target, batch, sink, selection, need_logits=False, options=options, scratch=scratch)
         if progress is not None:
             progress.update(batch.batch_size)
+    for reducer in reducers:  # the last stages and pending sums reach the tables; staging buffers are freed
+        flush = getattr(reducer, "flush", None)
+        if callable(flush):
+            flush()
     return reducers
 
 

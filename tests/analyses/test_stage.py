@@ -45,6 +45,13 @@ def _forward(seed: int, layers: int, chunks: tuple[tuple[int, int], ...], b: int
     return events
 
 
+def _take_ready(stager: Stager) -> list[QueryStage]:
+    ready = []
+    while (stage := stager.next_ready()) is not None:
+        ready.append(stage)
+    return ready
+
+
 def _frames(events, budget: int, slots: int) -> dict[str, pd.DataFrame]:
     """Every default reducer's frame after the events, checking that its stages held ``slots`` layers."""
     reducers = default_reducers()
@@ -74,16 +81,16 @@ def test_stages_of_one_call_hold_the_same_layers_and_a_new_batch_closes_them():
     parts = lambda e: (torch.zeros(*e.probs.shape[:3], width),)  # noqa: E731
     for event in events[:6]:  # layers 0-2, both chunks
         stager.add(event, parts(event), dict)
-    ready = stager.take_ready()
+    ready = _take_ready(stager)
     assert [(s.sites, s.query_hot_t.shape[-1]) for s in ready] == [([("decoder", 0), ("decoder", 1)], 3)] + [
         ([("decoder", 0), ("decoder", 1)], 5)
     ]
     assert len(stager._open) == 2  # layer 2's two chunks, waiting
     other_batch = replace(events[6], example_ids=events[6].example_ids.clone())
     stager.add(other_batch, parts(other_batch), dict)
-    assert [s.sites for s in stager.take_ready()] == [[("decoder", 2)], [("decoder", 2)]]
+    assert [s.sites for s in _take_ready(stager)] == [[("decoder", 2)], [("decoder", 2)]]
     stager.close_all()
-    assert [s.sites for s in stager.take_ready()] == [[("decoder", 3)]]
+    assert [s.sites for s in _take_ready(stager)] == [[("decoder", 3)]]
 
 
 def test_role_sums_weigh_padding_queries_zero_even_when_nan():
@@ -99,3 +106,30 @@ def test_role_sums_weigh_padding_queries_zero_even_when_nan():
     torch.testing.assert_close(sums, torch.stack([want, 2 * want]))
     assert values.isnan().any()  # the caller's tensor is not modified in place
     assert stage.full and stage.sites == [("decoder", 0), ("decoder", 1)]
+
+
+def test_reducers_reading_the_same_stage_share_one_role_sum_product(monkeypatch):
+    """Role flow, first token and decomposition stage the very same key-column sums; a stage that closes during an
+    event is summed over query roles once for the three (the event's cache), one closed by a flush once each."""
+    events = _forward(2, layers=5, chunks=((0, 3), (3, 8)))
+    calls = []
+    original = QueryStage.role_sums
+
+    def counting(self, values):
+        calls.append(values.shape[-1])
+        return original(self, values)
+
+    monkeypatch.setattr(QueryStage, "role_sums", counting)
+    reducers = [r for r in default_reducers() if r.name != "entropy"]
+    per_layer = 3 * 2 * 8 * 10 * 4  # B · all queries · H · C key columns · 4 bytes
+    for reducer in reducers:
+        reducer._stager = Stager(budget_bytes=2 * per_layer)  # two layers per stage: 0-1, 2-3 full, 4 at the flush
+    for event in events:
+        event = replace(event, cache={})
+        for reducer in reducers:
+            reducer.update(event)
+    assert len(calls) == 4  # (0-1, 2-3) x 2 chunks, once for all three reducers
+    for reducer in reducers:
+        assert "sites=5" in repr(reducer) and reducer._stager._open  # printing reduces nothing
+        reducer.flush()
+    assert len(calls) == 4 + 2 * 3  # layer 4's two chunk stages, once per reducer

@@ -11,11 +11,13 @@ from anchorlens.tasks import bundled_examples, get_task
 def test_batches_are_length_sorted_longest_first_and_keep_every_example(tiny_base):
     base = tiny_base("tiny-llama")
     examples = bundled_examples("rte")[:7]
-    batches = list(encode_batches(base, examples, get_task("rte").template, batch_size=2))
-    lengths = [int(b.attention_mask.sum(1).max()) for b in batches]
-    assert lengths == sorted(lengths, reverse=True) and lengths[0] > lengths[-1]
-    ids = sorted(i for b in batches for i in b.example_ids.tolist())
-    assert ids == list(range(7))
+    template = get_task("rte").template
+    batches = list(encode_batches(base, examples, template, batch_size=2))
+    chars = [len(template.render(examples[i]).text) for b in batches for i in b.example_ids.tolist()]
+    assert chars == sorted(chars, reverse=True) and chars[0] > chars[-1]  # rendered length, longest first
+    tokens = [int(b.attention_mask.sum(1).max()) for b in batches]
+    assert tokens[0] == max(tokens)  # so the first batch sizes the buffers
+    assert sorted(i for b in batches for i in b.example_ids.tolist()) == list(range(7))
 
 
 def test_a_stream_reuses_one_set_of_buffers_for_all_its_batches(tiny_base, monkeypatch):
@@ -33,7 +35,10 @@ def test_a_stream_reuses_one_set_of_buffers_for_all_its_batches(tiny_base, monke
         return buf
 
     monkeypatch.setattr(session_mod.CaptureSession, "scratch_buffer", spy)
-    stream_statistics(base, batches, default_reducers())
+    reducers = stream_statistics(base, batches, default_reducers())
+    for reducer in reducers:  # flushed: nothing staged or pending, no staging buffer kept
+        assert not reducer._stager._open and not reducer._stager.ready and not reducer._stager._scratch
+        assert not reducer._sums._pending
     assert len({s["scratch"] for s in seen}) == 1  # one dict for the whole stream
     for name in ("logits", "probs", "work"):
         assert len({s["buffer"] for s in seen if s["name"] == name}) == 1, name
