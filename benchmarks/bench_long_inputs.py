@@ -2,8 +2,8 @@
 
 SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) per mode, each in a
 fresh process, interleaved over ``--repeats`` rounds: ``plain`` (sdpa, LM head skipped), ``eager``
-(eager + output_attentions; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need
-30·9·T²·4 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget).
+(eager + output_attentions, first-token mass and row entropy taken from the maps; skipped above
+``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget).
 Reported: CPU time ratio to plain and peak RSS above the loaded model (MiB), per T.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_long_inputs.py [--lengths 256,512,1024,2048,4096]``.
@@ -23,6 +23,8 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers, for the eager statistics
+
 
 def synthetic_batch(base, length: int):
     """One Encoded input of ``length`` tokens: a structural frame around random content tokens."""
@@ -41,6 +43,8 @@ def synthetic_batch(base, length: int):
 
 def child(mode: str, length: int, out: Path) -> None:
     """Measure one mode at one length in this fresh process."""
+    from bench_peers import entropy_from_maps, first_token_from_maps
+
     from anchorlens.analyses import default_reducers
     from anchorlens.capture.collect import stream_statistics
     from anchorlens.models.loading import load_base
@@ -60,7 +64,10 @@ def child(mode: str, length: int, out: Path) -> None:
         elif mode == "eager":
             base.model.set_attn_implementation("eager")
             with torch.no_grad():
-                base.forward(b, logits_to_keep=1, output_attentions=True)
+                out = base.forward(b, logits_to_keep=1, output_attentions=True)
+                # like for like: the reducers compute first-token mass and row entropy, so eager's user does too
+                first_token_from_maps(out.attentions, b.attention_mask)
+                entropy_from_maps(out.attentions, b.attention_mask)
         else:
             stream_statistics(base, [b], default_reducers())
 
