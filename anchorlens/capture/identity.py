@@ -45,7 +45,3 @@ class IdentityCache:
         value = compute()
         self._entries[ident] = (keys, value)
         return value
-
-    def clear(self) -> None:
-        """Forget every entry (and release the tensors it kept alive)."""
-        self._entries.clear()
