@@ -1,10 +1,13 @@
 """Long inputs: capture time and peak memory vs a plain forward and vs eager, as the input grows.
 
 SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) per mode, each in a
-fresh process, interleaved over ``--repeats`` rounds: ``plain`` (sdpa, LM head skipped), ``eager``
-(eager + output_attentions, first-token mass and row entropy taken from the maps; skipped above
-``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget).
-Reported: CPU time ratio to plain and peak RSS above the loaded model (MiB), per T.
+fresh process, interleaved over ``--repeats`` rounds (the order of the modes rotating from round to round):
+``plain`` (sdpa, LM head skipped), ``eager`` (eager + output_attentions, first-token mass and row entropy
+taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4
+bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget). A short input's
+forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
+and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
+eager paired per round) and peak RSS above the loaded model (MiB), per T.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_long_inputs.py [--lengths 256,512,1024,2048,4096]``.
 """
@@ -25,6 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers, for the eager statistics
 
+MODES = ("plain", "eager", "fast")
+
 
 def synthetic_batch(base, length: int):
     """One Encoded input of ``length`` tokens: a structural frame around random content tokens."""
@@ -41,7 +46,7 @@ def synthetic_batch(base, length: int):
     )
 
 
-def child(mode: str, length: int, out: Path) -> None:
+def child(mode: str, length: int, out: Path, min_seconds: float) -> None:
     """Measure one mode at one length in this fresh process."""
     from bench_peers import entropy_from_maps, first_token_from_maps
 
@@ -72,11 +77,15 @@ def child(mode: str, length: int, out: Path) -> None:
             stream_statistics(base, [b], default_reducers())
 
     run(warm)
-    cpu, wall = time.process_time(), time.perf_counter()
-    run(batch)
-    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall, runs = time.process_time(), time.perf_counter(), 0
+    while runs == 0 or time.process_time() - cpu < min_seconds:
+        run(batch)
+        runs += 1
+    cpu, wall = (time.process_time() - cpu) / runs, (time.perf_counter() - wall) / runs
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    out.write_text(json.dumps({"cpu": cpu, "wall": wall, "peak_mib": peak, "above_model_mib": peak - loaded}))
+    out.write_text(
+        json.dumps({"cpu": cpu, "wall": wall, "runs": runs, "peak_mib": peak, "above_model_mib": peak - loaded})
+    )
 
 
 def main() -> None:
@@ -89,17 +98,19 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eager-max", type=int, default=2048)
+    parser.add_argument("--min-seconds", type=float, default=4.0, help="CPU seconds each process spends forwarding")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        child(args.child, args.length, Path(args.out))
+        child(args.child, args.length, Path(args.out), args.min_seconds)
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     rows: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for length in lengths:
-                for mode in ("plain", "eager", "fast"):
+                shift = r % 3
+                for mode in MODES[shift:] + MODES[:shift]:
                     if mode == "eager" and length > args.eager_max:
                         continue
                     out = Path(tmp) / f"{mode}-{length}-{r}.json"
@@ -115,6 +126,8 @@ def main() -> None:
                             str(out),
                             "--threads",
                             str(args.threads),
+                            "--min-seconds",
+                            str(args.min_seconds),
                         ],
                         check=True,
                     )
@@ -127,7 +140,7 @@ def main() -> None:
 
     print(f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds")
     print(
-        "| T | capture CPU / plain | eager CPU / plain | capture / eager | peak RSS above model: plain / capture / eager (MiB) |"
+        "| T | capture CPU / plain | eager CPU / plain | capture / eager, paired (rounds) | peak RSS above model: plain / capture / eager (MiB) |"
     )
     print("|---|---|---|---|---|")
     for length in lengths:
@@ -135,7 +148,10 @@ def main() -> None:
         mp, mc, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "eager"))
         assert p is not None and c is not None and mp is not None and mc is not None
         eager_ratio = "-" if e is None else f"{e / p:.2f}x"
-        vs_eager = "-" if e is None else f"{c / e:.2f}x"
+        # capture / eager paired within each round (the two ran back to back), median and every round
+        paired = [f["cpu"] / g["cpu"] for f, g in zip(rows[("fast", length)], rows.get(("eager", length), []))]
+        each = " / ".join(f"{x:.2f}" for x in paired)
+        vs_eager = "-" if not paired else f"{statistics.median(paired):.2f}x ({each})"
         print(
             f"| {length} | {c / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
             f"{'-' if me is None else f'{me:.0f}'} |"

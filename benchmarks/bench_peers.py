@@ -1,7 +1,8 @@
 """Peer benchmark: anchorlens capture against a plain forward, HF eager attentions and (if installed) peers.
 
 Every mode runs in its own fresh process on the embedded SmolLM2-135M and the first 64 real RTE training
-examples (batch 8, length-sorted), interleaved over ``--repeats`` rounds. Reported per mode: median
+examples (batch 8, length-sorted), interleaved over ``--repeats`` rounds (default 5; the order of the modes
+rotates from round to round, so no mode always runs first or after the same one). Reported per mode: median
 CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS, and the largest
 |Δ| of per-example, per-layer, per-head first-token mass against HF eager ``output_attentions``.
 
@@ -10,7 +11,7 @@ first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchor
 default reducers), ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
 ``transformerlens`` only when importable (optional extras, never installed by anchorlens).
 
-Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 3] [--threads 1]``.
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 5] [--threads 1] [--modes plain,eager,fast]``.
 The machine may be shared: compare the ratios measured side by side, not absolute times.
 """
 
@@ -162,7 +163,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--child")
     parser.add_argument("--out")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--modes", default=None, help="comma-separated subset of modes")
     args = parser.parse_args()
@@ -174,7 +175,8 @@ def main() -> None:
     results: dict[str, list[dict]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            for mode in modes:
+            shift = r % len(modes)  # rotate: within a round the machine drifts too, and no mode should always lead
+            for mode in modes[shift:] + modes[:shift]:
                 out = Path(tmp) / f"{mode}-{r}.json"
                 subprocess.run(
                     [sys.executable, __file__, "--child", mode, "--out", str(out), "--threads", str(args.threads)],
@@ -195,8 +197,8 @@ def main() -> None:
         f"\nSmolLM2-135M, {N_EXAMPLES} RTE examples, batch {BATCH}, {args.threads} thread(s), "
         f"median of {args.repeats} interleaved rounds, each mode in its own process"
     )
-    # each round runs every mode back to back, so a round's ratio pairs measurements taken under the
-    # same machine load; their median is steadier than the ratio of medians on a shared machine
+    # each round runs every mode back to back (in a rotating order), so a round's ratio pairs measurements
+    # taken under the same machine load; their median is steadier than the ratio of medians on a shared machine
     paired = {
         m: [x["cpu"] / p["cpu"] for x, p in zip(rows, results["plain"], strict=True)] for m, rows in results.items()
     }
