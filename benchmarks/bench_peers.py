@@ -204,15 +204,19 @@ def main() -> None:
     }
     print(
         "| mode | CPU time vs plain | paired per round (median; each round) | wall vs plain | peak RSS (MiB) "
-        "| max abs Δ first-token mass vs eager |"
+        "| peak RSS vs plain per round | max abs Δ first-token mass vs eager |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for mode in modes:
         d = deltas[mode]
         rounds = " / ".join(f"{r:.2f}" for r in paired[mode])
+        rss = " / ".join(
+            f"{x['rss_mib'] / p['rss_mib'] - 1:+.1%}" for x, p in zip(results[mode], results["plain"], strict=True)
+        )
         print(
             f"| {mode} | {med[mode]['cpu'] / base_cpu:.3f}x | {statistics.median(paired[mode]):.3f}x ({rounds}) | "
-            f"{med[mode]['wall'] / base_wall:.3f}x | {med[mode]['rss_mib']:.0f} | {'-' if d is None else f'{d:.1e}'} |"
+            f"{med[mode]['wall'] / base_wall:.3f}x | {med[mode]['rss_mib']:.0f} | {rss} | "
+            f"{'-' if d is None else f'{d:.1e}'} |"
         )
 
 
