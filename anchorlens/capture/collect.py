@@ -75,10 +75,7 @@ def stream_statistics(
         capture_batch(target, batch, sink, selection, need_logits=False, options=options, scratch=scratch)
         if progress is not None:
             progress.update(batch.batch_size)
-    for reducer in reducers:  # the last stages and pending sums reach the tables; staging buffers are freed
-        flush = getattr(reducer, "flush", None)
-        if callable(flush):
-            flush()
+    sink.close()
     return reducers
 
 

@@ -22,7 +22,9 @@ class Reducer(Protocol):
     several events, each for a slice of the queries (see :class:`AttentionEvent`); a state that is a
     sum over queries is then correct by adding every event. ``merge`` adds another reducer's state
     of the same kind (distributed ranks, resumed shards); ``state_dict``/``load_state_dict``
-    round-trip that state as plain tensors; ``frame`` returns tidy rows.
+    round-trip that state as plain tensors; ``frame`` returns tidy rows. A reducer that buffers events may
+    also define ``flush()``: a stream calls it once at its end
+    (:meth:`~anchorlens.capture.sinks.StreamSink.close`).
     """
 
     name: str

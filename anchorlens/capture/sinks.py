@@ -26,6 +26,14 @@ class StreamSink:
             reducer.update(event)
         self.events += 1
 
+    def close(self) -> None:
+        """End of the stream: reducers that buffer (those with a ``flush``) move what they hold into their state
+        and free their staging buffers."""
+        for reducer in self.reducers:
+            flush = getattr(reducer, "flush", None)
+            if callable(flush):
+                flush()
+
 
 def _labels(roles: list[int], source_tokens: list[str]) -> list[str]:
     """Token labels for valid positions: inserted guidance positions become ``<role>``."""
