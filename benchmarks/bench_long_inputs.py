@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers, for the eager statistics
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers: the shared modes
+
+from bench_peers import rotated  # noqa: E402
 
 MODES = ("plain", "eager", "fast")
 
@@ -48,7 +50,7 @@ def synthetic_batch(base, length: int):
 
 def child(mode: str, length: int, out: Path, min_seconds: float) -> None:
     """Measure one mode at one length in this fresh process."""
-    from bench_peers import entropy_from_maps, first_token_from_maps
+    from bench_peers import eager_statistics, plain_forward
 
     from anchorlens.analyses import default_reducers
     from anchorlens.capture.collect import stream_statistics
@@ -63,16 +65,9 @@ def child(mode: str, length: int, out: Path, min_seconds: float) -> None:
 
     def run(b):
         if mode == "plain":
-            base.model.set_attn_implementation("sdpa")
-            with torch.no_grad():
-                base.forward(b, logits_to_keep=1)
+            plain_forward(base, b)
         elif mode == "eager":
-            base.model.set_attn_implementation("eager")
-            with torch.no_grad():
-                out = base.forward(b, logits_to_keep=1, output_attentions=True)
-                # like for like: the reducers compute first-token mass and row entropy, so eager's user does too
-                first_token_from_maps(out.attentions, b.attention_mask)
-                entropy_from_maps(out.attentions, b.attention_mask)
+            eager_statistics(base, b)
         else:
             stream_statistics(base, [b], default_reducers())
 
@@ -109,8 +104,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for length in lengths:
-                shift = r % 3
-                for mode in MODES[shift:] + MODES[:shift]:
+                for mode in rotated(MODES, r):
                     if mode == "eager" and length > args.eager_max:
                         continue
                     out = Path(tmp) / f"{mode}-{length}-{r}.json"

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peers import entropy_from_maps, first_token_from_maps, rte_batches  # noqa: E402
+from bench_peers import eager_statistics, plain_forward, rotated, rte_batches  # noqa: E402
 
 MODES = ("plain", "eager", "fast")
 
@@ -42,32 +42,17 @@ def main() -> None:
     batches = rte_batches(base)
     reducers = default_reducers()
 
-    def plain(b):
-        base.model.set_attn_implementation("sdpa")
-        with torch.no_grad():
-            base.forward(b, logits_to_keep=1)
-
-    def eager(b):
-        base.model.set_attn_implementation("eager")
-        with torch.no_grad():
-            out = base.forward(b, logits_to_keep=1, output_attentions=True)
-            first_token_from_maps(out.attentions, b.attention_mask)
-            entropy_from_maps(out.attentions, b.attention_mask)
-
     def fast(b):
         stream_statistics(base, [b], reducers)
 
-    run = {"plain": plain, "eager": eager, "fast": fast}
+    run = {"plain": lambda b: plain_forward(base, b), "eager": lambda b: eager_statistics(base, b), "fast": fast}
     for mode in MODES:  # warm-up: installs the attention function, sizes the allocator
         run[mode](batches[0])
     rounds = []
-    turn = 0
-    for _ in range(args.repeats):
+    for r in range(args.repeats):
         cpu = dict.fromkeys(MODES, 0.0)
-        for b in batches:
-            order = MODES[turn % len(MODES) :] + MODES[: turn % len(MODES)]
-            turn += 1
-            for mode in order:
+        for i, b in enumerate(batches):
+            for mode in rotated(MODES, r * len(batches) + i):
                 t = time.process_time()
                 run[mode](b)
                 cpu[mode] += time.process_time() - t

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,29 @@ def entropy_from_maps(attentions, attention_mask: torch.Tensor) -> np.ndarray:
     return np.stack(out, axis=1)
 
 
+def rotated(modes: Sequence[str], turn: int) -> list[str]:
+    """``modes`` starting at ``turn`` (mod len): the order of one round or batch, so that no mode always leads."""
+    shift = turn % len(modes)
+    return list(modes[shift:]) + list(modes[:shift])
+
+
+def plain_forward(base, batch) -> None:
+    """The like-for-like baseline: one sdpa forward with the LM head skipped."""
+    base.model.set_attn_implementation("sdpa")
+    with torch.no_grad():
+        base.forward(batch, logits_to_keep=1)
+
+
+def eager_statistics(base, batch) -> np.ndarray:
+    """Eager + ``output_attentions``, then the first-token mass ([B, L, H], returned) and row entropy from the maps,
+    as a user of eager attention computes them (the reducers compute both)."""
+    base.model.set_attn_implementation("eager")
+    with torch.no_grad():
+        out = base.forward(batch, logits_to_keep=1, output_attentions=True)
+        entropy_from_maps(out.attentions, batch.attention_mask)
+        return first_token_from_maps(out.attentions, batch.attention_mask)
+
+
 def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarray]:
     """example id -> [L, H] first-token mass (query role ``all``) from a first_token reducer frame."""
     rows = frame[(frame["metric"] == "first_token_mass") & (frame["query_role"] == "all")]
@@ -95,19 +119,13 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
     masses: dict[int, np.ndarray] = {}
 
     def plain(bs):
-        base.model.set_attn_implementation("sdpa")
-        with torch.no_grad():
-            for b in bs:
-                base.forward(b, logits_to_keep=1)
+        for b in bs:
+            plain_forward(base, b)
 
     def eager(bs):
-        base.model.set_attn_implementation("eager")
-        with torch.no_grad():
-            for b in bs:
-                out = base.forward(b, logits_to_keep=1, output_attentions=True)
-                m = first_token_from_maps(out.attentions, b.attention_mask)
-                entropy_from_maps(out.attentions, b.attention_mask)  # like-for-like: the reducers compute it too
-                masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
+        for b in bs:
+            m = eager_statistics(base, b)
+            masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
 
     def streaming(bs, which):
         reducers = default_reducers()
@@ -175,8 +193,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
-            shift = r % len(modes)  # rotate: within a round the machine drifts too, and no mode should always lead
-            for mode in modes[shift:] + modes[:shift]:
+            for mode in rotated(modes, r):  # within a round the machine drifts too
                 out = Path(tmp) / f"{mode}-{r}.json"
                 subprocess.run(
                     [sys.executable, __file__, "--child", mode, "--out", str(out), "--threads", str(args.threads)],
