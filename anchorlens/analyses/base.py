@@ -9,10 +9,12 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
+from anchorlens.analyses.shared import columns_of_layout
 from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.roles.kinds import ROLE_NAMES
+from anchorlens.roles.layout import Layout
 
 QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
 
@@ -43,6 +45,7 @@ class SiteReducer:
     """
 
     name: ClassVar[str] = ""
+    reads_column_mass: bool = False  # whether _per_query reads column_mass (the capture may then fuse it)
 
     def __init__(self) -> None:
         self._sums = SiteSums(self._shapes())
@@ -75,6 +78,11 @@ class SiteReducer:
     def state_options(self) -> dict:
         """Options that change what the state means; merging requires them equal."""
         return {}
+
+    def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """[B, K, C] key columns whose probability sums ``_per_query`` reads (:func:`column_mass`), for the capture
+        to compute with the output; None when it reads none (then the capture does not compute them for it)."""
+        return columns_of_layout(layout, device, dtype) if self.reads_column_mass else None
 
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:

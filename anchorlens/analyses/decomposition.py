@@ -59,6 +59,7 @@ class DecompositionReducer(SiteReducer):
     """Sink-aware split of each query's attention over key parts (module docstring)."""
 
     name = "decomposition"
+    reads_column_mass = True
 
     def __init__(self) -> None:
         super().__init__()

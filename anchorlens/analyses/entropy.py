@@ -53,6 +53,7 @@ class EntropyReducer(SiteReducer):
     """
 
     name = "entropy"
+    reads_column_mass = True
 
     def __init__(self, anchor_role: str | int | Role | None = "capsule") -> None:
         super().__init__()

@@ -31,6 +31,7 @@ class FirstTokenReducer(SiteReducer):
     def __init__(self, anchor_position: int | None = None) -> None:
         super().__init__()
         self.anchor_position = None if anchor_position is None else int(anchor_position)
+        self.reads_column_mass = not self.anchor_position  # another anchor is gathered, not read from the columns
 
     def state_options(self) -> dict:
         """``{"anchor_position": ...}``: which valid key is the anchor."""

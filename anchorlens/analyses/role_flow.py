@@ -28,6 +28,7 @@ class RoleFlowReducer(SiteReducer):
     """
 
     name = "role_flow"
+    reads_column_mass = True
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [R, R]; count: [R]."""

@@ -3,11 +3,13 @@
 Every pass over the [B, H, q, K] probabilities is memory-bound and costs about as much as the next one,
 so the reducers read the probabilities through a few shared reductions, each cached on the event:
 
-- :func:`column_mass`: each query's attention on a small set of *key columns*, one batched matmul
-  ([B, H·q, K] x [B, K, C]): the key roles (R one-hot columns), the example's first valid key, its
-  sink (first valid input key, see :func:`sink_index`) and every valid key. First-token mass, role flow,
-  the sink-aware decomposition and the entropies' normalisers are all read from it: no gather over the
-  probabilities.
+- :func:`column_mass`: each query's attention on a small set of *key columns*: the key roles (R one-hot
+  columns), the example's first valid key, its sink (first valid input key, see :func:`sink_index`) and
+  every valid key. First-token mass, role flow, the sink-aware decomposition and the entropies'
+  normalisers are all read from it: no gather over the probabilities. The reducers ask the capture for
+  these columns (``key_columns``, :func:`columns_of_layout`); in fast mode it sums them in the same product
+  as the output (``probs @ [V | columns]``, :attr:`AttentionEvent.key_sums`), otherwise one batched matmul
+  ([B, H·q, K] x [B, K, C]) here.
 - :func:`column_plogp`: sum of p·log p over every valid key and over content keys, from the event's
   logits (one product and one matmul).
 
@@ -24,6 +26,7 @@ import torch
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
 from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
+from anchorlens.roles.layout import Layout
 
 FIRST_KEY = NUM_ROLES  # column of the example's first valid key
 SINK_KEY = NUM_ROLES + 1  # column of the example's first valid input key
@@ -87,10 +90,21 @@ def layout_key_columns(event: AttentionEvent) -> torch.Tensor:
     return _layout_columns(event)[0]
 
 
+def columns_of_layout(layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[B, K, C] :func:`key_columns` of all of ``layout``'s keys: what the built-in reducers ask the capture to sum
+    the probabilities over (the same tensor for the same layout, as long as its tensors live)."""
+    return _columns_of(layout, device, dtype)[0]
+
+
 def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
     """All the layout's key columns [B, K, C] and their :data:`PLOGP_COLUMNS` transposed [B, 2, K], once per
     forward."""
-    k, dev, dtype = event.layout.k, event.probs.device, event.probs.dtype
+    return _columns_of(event.layout, event.probs.device, event.probs.dtype)
+
+
+def _columns_of(layout: Layout, dev: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_layout_columns` of a layout, cached by its key tensors."""
+    k = layout.k
 
     def compute() -> tuple[torch.Tensor, torch.Tensor]:
         every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
@@ -137,9 +151,11 @@ def _per_column(values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
 
 
 def column_mass(event: AttentionEvent) -> torch.Tensor:
-    """[B, H, q, C] float32: each query's attention on valid keys of each role, its first key and its sink."""
+    """[B, H, q, C] float32: each query's attention on valid keys of each role, its first key and its sink (the
+    capture's :attr:`~AttentionEvent.key_sums` when it summed these very columns, else one matmul)."""
     if "column_mass" not in event.cache:
-        event.cache["column_mass"] = _per_column(event.probs, key_columns(event))
+        fused = event.key_sums is not None and event.key_columns is _layout_columns(event)[0]
+        event.cache["column_mass"] = event.key_sums if fused else _per_column(event.probs, key_columns(event))
     return event.cache["column_mass"]
 
 

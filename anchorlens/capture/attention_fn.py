@@ -13,7 +13,10 @@ the output is computed from the probabilities with eager math at *every* call of
 equal HF eager. At captured sites two modes exist (:class:`~anchorlens.capture.options.CaptureOptions`):
 
 - ``fast`` (default): probabilities of all heads are computed once and the output is ``probs @ V``.
-  Probabilities are exact; the output agrees with sdpa to float rounding (~1e-6), not bitwise.
+  Probabilities are exact; the output agrees with sdpa to float rounding (~1e-6), not bitwise. When the
+  sink asks for sums of the probabilities over key columns (the built-in reducers do: mass per key role,
+  on the first key, ...), the columns sit beside V in the same product, ``probs @ [V | columns]``: on a
+  CPU that costs a fraction of a separate pass over the probabilities.
 - ``strict``: the output is sdpa's, bit for bit, and probabilities are recomputed separately for the
   selected heads only.
 
@@ -31,6 +34,7 @@ from transformers.modeling_utils import AttentionInterface
 
 from anchorlens.capture import session as _session
 from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
+from anchorlens.capture.selection import Site
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
@@ -231,6 +235,52 @@ def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, 
     return out.view(b, h, q, -1).transpose(1, 2)
 
 
+def fused_width(head_dim: int, num_columns: int) -> int:
+    """W: the values' D plus C key columns, rounded up to a multiple of 16 (where a CPU matmul runs fastest)."""
+    return -(-(head_dim + num_columns) // 16) * 16
+
+
+def value_with_columns(value: torch.Tensor, columns: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
+    """[B, H_kv, K, W]: ``value`` [B, H_kv, K, D] with the key columns [B, K, C] beside it in every head, zero-padded
+    to :func:`fused_width`, so that one product with the probabilities gives the output and the column sums. ``buffer``: optional flat tensor of at least B·H_kv·K·W elements."""
+    b, kv, k, d = value.shape
+    c = columns.shape[-1]
+    width = fused_width(d, c)
+    shape = (b, kv, k, width)
+    out = torch.empty(shape, dtype=value.dtype, device=value.device) if buffer is None else buffer[: b * kv * k * width]
+    out = out.view(shape)
+    out[..., :d] = value
+    out[..., d : d + c] = columns[:, None, :k].to(value.dtype)
+    out[..., d + c :] = 0.0
+    return out
+
+
+def output_and_key_sums(
+    call: AttentionCall, probs: torch.Tensor, value_columns: torch.Tensor, num_columns: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output [B, q, H, D] and key-column sums [B, H, q, C] from probabilities [B, H, q, K'] of the first K' keys
+    and :func:`value_with_columns` (float32 throughout: no dropout, the sums are of the probabilities)."""
+    b, h, q, k = probs.shape
+    kv, d = call.value.shape[1], call.value.shape[-1]
+    both = torch.matmul(probs.reshape(b, kv, (h // kv) * q, k), value_columns[:, :, :k])  # [B, H_kv, G*q, W]
+    output = both[..., :d].reshape(b, h, q, d).transpose(1, 2)
+    return output, both[..., d : d + num_columns].reshape(b, h, q, num_columns).contiguous()
+
+
+def _fused_columns(
+    active: _session.CaptureSession, site: Site, call: AttentionCall, dropout: float, training: bool
+) -> torch.Tensor | None:
+    """The [B, K, C] key columns to sum in the output's product at this call, or None (the sink asks for none,
+    the values are not float32, dropout is active, autograd records, or the columns do not fit the keys)."""
+    value = call.value
+    if value.dtype != torch.float32 or (dropout > 0 and training) or torch.is_grad_enabled():
+        return None
+    columns = active.key_columns(site, value.device, torch.float32)
+    if columns is None or columns.shape[0] != value.shape[0] or columns.shape[1] < value.shape[2]:
+        return None
+    return columns
+
+
 def _sdpa_output(module, call: AttentionCall, dropout: float, is_causal: bool | None, kwargs: dict) -> torch.Tensor:
     """[B, Q, H, D] from transformers' own sdpa path (the plain ``sdpa`` output, bit for bit)."""
     output, _ = sdpa_attention_forward(
@@ -303,17 +353,31 @@ def anchorlens_attention_forward(
                 active.scratch_buffer("logits", size, torch.float32, dev),
                 active.scratch_buffer("probs", size, torch.float32, dev),
             )
+        # fast mode: the key columns the sink wants summed ride along in the output's product
+        columns = value_columns = None
+        if fast and active is not None and site is not None:
+            columns = _fused_columns(active, site, call, dropout, module.training)
+        if columns is not None and active is not None:
+            b, kv, k, d = call.value.shape
+            size = b * kv * k * fused_width(d, columns.shape[-1])
+            buf = active.scratch_buffer("value_columns", size, torch.float32, call.value.device)
+            value_columns = value_with_columns(call.value, columns, buf)
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
             probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffers)
-            if eager:
+            key_sums = None
+            if value_columns is not None and columns is not None:
+                output_part, sums = output_and_key_sums(call, probs, value_columns, columns.shape[-1])
+                parts.append(output_part)
+                key_sums = (sums, columns)
+            elif eager:
                 parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
                     log_norm = log_norm.index_select(1, heads)
-                active.emit(site, probs.detach(), vis.visible, start, scores.detach(), log_norm.detach())
+                active.emit(site, probs.detach(), vis.visible, start, scores.detach(), log_norm.detach(), key_sums)
             del probs, scores, log_norm
     if eager:
         output = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)

@@ -22,7 +22,13 @@ class AttentionEvent:
     scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask), and log_norm:
     [B, H, q, 1] float32 the log of the softmax normaliser (sink included), so that log probs = scores -
     log_norm where probs > 0; elsewhere scores are very negative (always weight them by ``probs``).
-    Both None when the producer did not keep them. ``probs`` and ``scores`` live in buffers the capture
+    Both None when the producer did not keep them. key_sums: [B, H, q, C] float32, each query's
+    probability summed over the C key columns ``key_columns`` ([B, K, C] weights over all the layout's keys,
+    the tensor the sink's ``key_columns`` returned for this layout; the sums cover the first K'), computed
+    by the capture together with the output when it computes the output from the probabilities (fast mode,
+    float32 values): no pass over the probabilities of its own. Both None otherwise; a reducer whose columns
+    are not ``key_columns`` (compare by identity) sums the probabilities itself.
+    ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the
     event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
     derived tensors (for example mass per key role) so that work common to several reducers is done once;
@@ -47,6 +53,8 @@ class AttentionEvent:
     query_total: int | None = None
     scores: torch.Tensor | None = None
     log_norm: torch.Tensor | None = None
+    key_sums: torch.Tensor | None = None
+    key_columns: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

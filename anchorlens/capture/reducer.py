@@ -24,7 +24,10 @@ class Reducer(Protocol):
     of the same kind (distributed ranks, resumed shards); ``state_dict``/``load_state_dict``
     round-trip that state as plain tensors; ``frame`` returns tidy rows. A reducer that buffers events may
     also define ``flush()``: a stream calls it once at its end
-    (:meth:`~anchorlens.capture.sinks.StreamSink.close`).
+    (:meth:`~anchorlens.capture.sinks.StreamSink.close`). A reducer that reads probability sums over fixed key
+    columns may define ``key_columns(layout, device, dtype)`` returning them ([B, K, C]): when every reducer
+    that asks returns the same tensor, fast capture computes the sums with the output
+    (:attr:`AttentionEvent.key_sums`).
     """
 
     name: str

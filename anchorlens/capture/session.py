@@ -19,7 +19,13 @@ _ACTIVE: contextvars.ContextVar[CaptureSession | None] = contextvars.ContextVar(
 
 
 class Sink(Protocol):
-    """Receives every captured attention event."""
+    """Receives every captured attention event.
+
+    A sink may also define ``key_columns(layout, device, dtype) -> Tensor | None``: weights [B, K, C] over the
+    layout's keys whose probability sums its consumers read. Where the capture computes the output from the
+    probabilities anyway (fast mode), it computes these sums in the same product and hands them over as
+    :attr:`AttentionEvent.key_sums`.
+    """
 
     def consume(self, event: AttentionEvent) -> None:
         """Handle one event (reduce it, or store a copy: its probs and scores are reused buffers)."""
@@ -88,6 +94,17 @@ class CaptureSession:
             self._heads_cache[device, width] = torch.arange(width, device=device)
         return self._heads_cache[device, width]
 
+    def key_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """[B, K, C] key columns the sink wants probability sums over at ``site`` (None when it wants none); asked
+        once per layout and forward."""
+        ask = getattr(self.sink, "key_columns", None)
+        if not callable(ask):
+            return None
+        layout = self.layout.layout(site.stack, site.layer)
+        return self.shared.get(
+            ("key_columns", layout.k.roles, layout.k.valid, device, dtype), lambda: ask(layout, device, dtype)
+        )
+
     def emit(
         self,
         site: Site,
@@ -96,9 +113,10 @@ class CaptureSession:
         query_start: int = 0,
         scores: torch.Tensor | None = None,
         log_norm: torch.Tensor | None = None,
+        key_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
-        and hand it on."""
+        and hand it on. ``key_sums``: ([B, H, q, C] sums, the [B, K, C] :meth:`key_columns` they are over)."""
         heads = self._event_heads(probs.shape[1], probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
@@ -123,6 +141,8 @@ class CaptureSession:
                 q_total,
                 scores,
                 log_norm,
+                key_sums=None if key_sums is None else key_sums[0],
+                key_columns=None if key_sums is None else key_sums[1],
                 cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )

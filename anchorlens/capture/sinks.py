@@ -11,6 +11,7 @@ from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.capture.reducer import Reducer
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
+from anchorlens.roles.layout import Layout
 
 
 class StreamSink:
@@ -25,6 +26,20 @@ class StreamSink:
         for reducer in self.reducers:
             reducer.update(event)
         self.events += 1
+
+    def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """The [B, K, C] key columns the reducers read probability sums over (see :class:`~anchorlens.capture.session.Sink`):
+        the one tensor every reducer that defines ``key_columns`` returns, None when none asks or they differ."""
+        found = None
+        for reducer in self.reducers:
+            ask = getattr(reducer, "key_columns", None)
+            columns = ask(layout, device, dtype) if callable(ask) else None
+            if columns is None:
+                continue
+            if found is not None and columns is not found:
+                return None
+            found = columns
+        return found
 
     def close(self) -> None:
         """End of the stream: reducers that buffer (those with a ``flush``) move what they hold into their state

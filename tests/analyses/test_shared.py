@@ -75,3 +75,29 @@ def test_an_event_over_a_key_prefix_sums_like_the_full_event():
     assert valid.any()
     full = S.column_mass(_fresh(event))[:, :, :4]
     torch.testing.assert_close(S.column_mass(head) * valid, full * valid)
+
+
+def test_column_mass_takes_the_captures_sums_only_over_its_own_columns():
+    """The capture's fused sums are used when they are over the very tensor the reducers ask for; sums over other
+    columns (another sink's) are ignored and the probabilities summed again."""
+    event = random_event(4, b=2, h=2, t=6)
+    ours = S.columns_of_layout(event.layout, event.probs.device, event.probs.dtype)
+    assert ours is S.columns_of_layout(event.layout, event.probs.device, event.probs.dtype)  # one tensor per layout
+    true = S.column_mass(_fresh(event))
+    marker = torch.full_like(true, 7.0)  # not a sum of these probabilities: shows which route was taken
+    taken = S.column_mass(replace(event, key_sums=marker, key_columns=ours, cache={}))
+    assert torch.equal(taken, marker)
+    other = ours.clone()
+    ignored = S.column_mass(replace(event, key_sums=marker, key_columns=other, cache={}))
+    torch.testing.assert_close(ignored, true)
+
+
+def test_reducers_ask_for_the_columns_they_read():
+    """Reducers reading the column sums ask for the layout's columns; an anchor gathered elsewhere asks for none."""
+    from anchorlens.analyses.registry import make_reducer
+
+    event = random_event(5, b=2, h=2, t=6)
+    ours = S.columns_of_layout(event.layout, event.probs.device, event.probs.dtype)
+    for name in ("role_flow", "first_token", "entropy", "decomposition"):
+        assert make_reducer(name).key_columns(event.layout, event.probs.device, event.probs.dtype) is ours, name
+    assert make_reducer("first_token", anchor_position=2).key_columns(event.layout, "cpu", torch.float32) is None

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from anchorlens.analyses import default_reducers
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.run import capture_batch
 from anchorlens.capture.selection import Selection
+from anchorlens.capture.sinks import StreamSink
 from anchorlens.models.tiny import TINY_BASES
 from anchorlens.tasks import bundled_examples, get_task
 
@@ -129,3 +132,65 @@ def test_t5_decoder_and_cross_attention_with_a_padded_target(tiny_base):
     for event in sink.events:
         assert event.probs.shape[-2] == (5 if event.stack != "encoder" else batch.input_ids.shape[1])
         assert _max_valid_diff(event, reference[event.stack][event.layer]) <= 1e-5, (event.stack, event.layer)
+
+
+class _AskColumns(Collect):
+    """Collect that asks for sums over fixed random key columns [B, K, 5], as the built-in reducers' sink does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.columns: dict = {}
+
+    def key_columns(self, layout, device, dtype):
+        k = layout.k.roles
+        if id(k) not in self.columns:  # the entry keeps k alive: its id is not reused meanwhile
+            g = torch.Generator().manual_seed(len(self.columns))
+            self.columns[id(k)] = (k, torch.rand(*k.shape, 5, generator=g).to(device, dtype))
+        return self.columns[id(k)][1]
+
+
+@pytest.mark.parametrize("name", BASES)
+def test_fast_mode_sums_the_sinks_key_columns_in_the_outputs_product(tiny_base, name):
+    """Fast mode computes the output and the key-column sums in one product: the sums equal the captured
+    probabilities' sums over the columns and the logits stay those of the plain forward."""
+    base = tiny_base(name)
+    batch = _batch(base, "left")
+    asked, plain = _AskColumns(), Collect()
+    out = capture_batch(base, batch, asked, options=CaptureOptions(mode="fast"))
+    reference = capture_batch(base, batch, plain, options=CaptureOptions(mode="fast"))
+    assert len(asked.events) == len(plain.events) > 0
+    for event, other in zip(asked.events, plain.events, strict=True):
+        assert other.key_sums is None and event.key_sums is not None, (event.stack, event.layer)
+        columns = event.key_columns[:, : event.key_count]  # [B, K', 5] of the layout's K keys
+        want = torch.matmul(event.probs, columns[:, None])  # [B, H, q, 5]
+        assert event.key_sums.shape == want.shape
+        assert float((event.key_sums - want).abs().max()) <= 1e-6, (event.stack, event.layer)
+        torch.testing.assert_close(event.probs, other.probs, rtol=0, atol=0)
+    rows = (batch.target_mask if base.is_encoder_decoder else batch.attention_mask).bool()
+    assert float((out.logits - reference.logits).abs()[rows].max()) <= 1e-6
+    assert float((out.logits - plain_logits(base, batch)).abs()[rows].max()) <= 1e-5
+
+
+def test_no_fused_sums_in_strict_mode_or_with_bf16_values(tiny_base):
+    """Strict mode keeps sdpa's output (no product to share); bf16 values would round the sums to bf16."""
+    batch = _batch(tiny_base("tiny-llama"), "right")
+    for base, mode in ((tiny_base("tiny-llama"), "strict"), (tiny_base("tiny-llama", "bfloat16"), "fast")):
+        sink = _AskColumns()
+        capture_batch(base, batch, sink, options=CaptureOptions(mode=mode))
+        assert sink.events and all(e.key_sums is None and e.key_columns is None for e in sink.events)
+
+
+def test_default_reducers_give_the_same_frames_with_fused_and_separate_sums(tiny_base):
+    """The built-in reducers read the capture's fused sums in fast mode and sum the probabilities themselves in
+    strict mode: the frames agree to float rounding on every family."""
+    for name in BASES:
+        base = tiny_base(name)
+        batch = _batch(base, "left")
+        fused, separate = default_reducers(), default_reducers()
+        capture_batch(base, batch, StreamSink(fused), need_logits=False, options=CaptureOptions(mode="fast"))
+        capture_batch(base, batch, StreamSink(separate), need_logits=False, options=CaptureOptions(mode="strict"))
+        for a, b in zip(fused, separate, strict=True):
+            fa, fb = a.frame(), b.frame()
+            assert len(fa) == len(fb) > 0, (name, a.name)
+            assert (fa.drop(columns="value") == fb.drop(columns="value")).all().all(), (name, a.name)
+            assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, (name, a.name)
