@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from anchorlens.analyses import default_reducers
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.run import capture_batch
-from anchorlens.capture.sinks import MapSink
+from anchorlens.capture.sinks import MapSink, StreamSink
 from anchorlens.methods import Capsule, GuidedModel, InstanceToken, Prefix, load_guided
 from anchorlens.roles.kinds import Role
 
@@ -103,3 +105,42 @@ def test_prefix_composes_with_spliced_positions(tiny_base, name, padding_side):
         # every valid query sees every prefix key
         prefix_visible = event.visible[:, 0, :, :3].expand(valid_q.shape[0], q, 3)  # [B, Q, 3]
         assert bool(prefix_visible[valid_q].all())
+
+
+class _Spy(StreamSink):
+    """StreamSink that also records whether each event came with the capture's fused key-column sums."""
+
+    def __init__(self, reducers) -> None:
+        super().__init__(reducers)
+        self.fused: list[bool] = []
+
+    def consume(self, event) -> None:
+        self.fused.append(event.key_sums is not None)
+        super().consume(event)
+
+
+GUIDED = ["capsule:n=2,pos=middle", "prompt:n=2+instance+capsule+deep-prompt:n=1"]
+
+
+@pytest.mark.parametrize(
+    "name, spec",
+    [(n, s) for n in ("tiny-llama", "tiny-qwen2", "tiny-t5") for s in GUIDED]
+    + [("tiny-llama", "prefix"), ("tiny-qwen2", "prefix")],  # prefixes are refused on T5
+)
+def test_guided_models_give_the_same_statistics_with_fused_and_separate_key_sums(tiny_base, name, spec):
+    """Inserted positions and prefix keys (keys the input lacks) are columns like any other: fast mode's fused
+    key-column sums give the frames strict mode's separate sums give."""
+    base = tiny_base(name)
+    if spec == "prefix":
+        guided = GuidedModel(base, [Prefix(3), InstanceToken(), Capsule(position="middle")], seed=2)
+    else:
+        guided = load_guided(spec, base=base)
+    batch = rte_batch(base, "left" if name != "tiny-t5" else "right")
+    fast, strict = _Spy(default_reducers()), _Spy(default_reducers())
+    capture_batch(guided, batch, fast, need_logits=False, options=CaptureOptions(mode="fast"))
+    capture_batch(guided, batch, strict, need_logits=False, options=CaptureOptions(mode="strict"))
+    assert fast.fused and all(fast.fused) and not any(strict.fused)
+    for a, b in zip(fast.reducers, strict.reducers, strict=True):
+        fa, fb = a.frame(), b.frame()
+        assert len(fa) == len(fb) > 0, a.name
+        assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, a.name
