@@ -242,7 +242,10 @@ def fused_width(head_dim: int, num_columns: int) -> int:
 
 def value_with_columns(value: torch.Tensor, columns: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
     """[B, H_kv, K, W]: ``value`` [B, H_kv, K, D] with the key columns [B, K, C] beside it in every head, zero-padded
-    to :func:`fused_width`, so that one product with the probabilities gives the output and the column sums. ``buffer``: optional flat tensor of at least B·H_kv·K·W elements."""
+    to :func:`fused_width`, so that one product with the probabilities gives the output and the column sums.
+
+    ``buffer``: an optional flat tensor of at least B·H_kv·K·W elements to write into (reused across layers).
+    """
     b, kv, k, d = value.shape
     c = columns.shape[-1]
     width = fused_width(d, c)
