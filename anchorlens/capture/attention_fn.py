@@ -226,13 +226,18 @@ def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, sta
     )
 
 
+def _grouped_product(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """[B, H, q, W]: probabilities [B, H, q, K'] of the first K' keys times ``values`` [B, H_kv, K, W] (the query
+    heads of a group share their kv head's values: [B, H_kv, G*q, K'] x [B, H_kv, K', W], nothing repeated)."""
+    b, h, q, k = probs.shape
+    kv = values.shape[1]
+    return torch.matmul(probs.reshape(b, kv, (h // kv) * q, k), values[:, :, :k]).view(b, h, q, -1)
+
+
 def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, training: bool) -> torch.Tensor:
     """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K'] of the first K' keys (value dtype)."""
-    b, h, q, k = probs.shape
-    kv = call.value.shape[1]
     weights = torch.nn.functional.dropout(probs, p=dropout, training=training).to(call.value.dtype)
-    out = torch.matmul(weights.reshape(b, kv, (h // kv) * q, k), call.value[:, :, :k])  # [B, H_kv, G*q, D]
-    return out.view(b, h, q, -1).transpose(1, 2)
+    return _grouped_product(weights, call.value).transpose(1, 2)
 
 
 def fused_width(head_dim: int, num_columns: int) -> int:
@@ -240,48 +245,50 @@ def fused_width(head_dim: int, num_columns: int) -> int:
     return -(-(head_dim + num_columns) // 16) * 16
 
 
-def value_with_columns(value: torch.Tensor, columns: torch.Tensor, buffer: torch.Tensor | None = None) -> torch.Tensor:
-    """[B, H_kv, K, W]: ``value`` [B, H_kv, K, D] with the key columns [B, K, C] beside it in every head, zero-padded
-    to :func:`fused_width`, so that one product with the probabilities gives the output and the column sums.
-
-    ``buffer``: an optional flat tensor of at least B·H_kv·K·W elements to write into (reused across layers).
-    """
-    b, kv, k, d = value.shape
-    c = columns.shape[-1]
-    width = fused_width(d, c)
-    shape = (b, kv, k, width)
-    out = torch.empty(shape, dtype=value.dtype, device=value.device) if buffer is None else buffer[: b * kv * k * width]
-    out = out.view(shape)
+def value_with_columns(value: torch.Tensor, columns: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Fill and return ``out`` [B, H_kv, K, W]: ``value`` [B, H_kv, K, D], then the key columns [B, K, C] in every
+    head, then zeros up to W (:func:`fused_width`): one product with the probabilities gives the output and the
+    column sums."""
+    d, c = value.shape[-1], columns.shape[-1]
     out[..., :d] = value
-    out[..., d : d + c] = columns[:, None, :k].to(value.dtype)
+    out[..., d : d + c] = columns[:, None, : value.shape[2]].to(value.dtype)
     out[..., d + c :] = 0.0
     return out
 
 
-def output_and_key_sums(
-    call: AttentionCall, probs: torch.Tensor, value_columns: torch.Tensor, num_columns: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output [B, q, H, D] and key-column sums [B, H, q, C] from probabilities [B, H, q, K'] of the first K' keys
-    and :func:`value_with_columns` (float32 throughout: no dropout, the sums are of the probabilities)."""
-    b, h, q, k = probs.shape
-    kv, d = call.value.shape[1], call.value.shape[-1]
-    both = torch.matmul(probs.reshape(b, kv, (h // kv) * q, k), value_columns[:, :, :k])  # [B, H_kv, G*q, W]
-    output = both[..., :d].reshape(b, h, q, d).transpose(1, 2)
-    return output, both[..., d : d + num_columns].reshape(b, h, q, num_columns).contiguous()
+@dataclass(frozen=True)
+class FusedColumns:
+    """The sink's key columns [B, K, C] and the values with them beside V, [B, H_kv, K, W] (float32)."""
+
+    columns: torch.Tensor
+    values: torch.Tensor
+
+    def output_and_sums(self, probs: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Output [B, q, H, D] and key-column sums [B, H, q, C] from probabilities [B, H, q, K'] of the first K' keys
+        (no dropout: the sums are of the probabilities)."""
+        both = _grouped_product(probs, self.values)
+        return both[..., :head_dim].transpose(1, 2), both[
+            ..., head_dim : head_dim + self.columns.shape[-1]
+        ].contiguous()
 
 
 def _fused_columns(
     active: _session.CaptureSession, site: Site, call: AttentionCall, dropout: float, training: bool
-) -> torch.Tensor | None:
-    """The [B, K, C] key columns to sum in the output's product at this call, or None (the sink asks for none,
-    the values are not float32, dropout is active, autograd records, or the columns do not fit the keys)."""
+) -> FusedColumns | None:
+    """The key columns to sum in the output's product at this call, with the values beside them (in a buffer the
+    session reuses), or None: the sink asks for none, the values are not float32, dropout is active, autograd
+    records, or the columns do not fit the keys."""
     value = call.value
     if value.dtype != torch.float32 or (dropout > 0 and training) or torch.is_grad_enabled():
         return None
     columns = active.key_columns(site, value.device, torch.float32)
-    if columns is None or columns.shape[0] != value.shape[0] or columns.shape[1] < value.shape[2]:
+    b, kv, k, d = value.shape
+    if columns is None or columns.shape[0] != b or columns.shape[1] < k:
         return None
-    return columns
+    width = fused_width(d, columns.shape[-1])
+    size = b * kv * k * width
+    out = active.scratch_buffer("value_columns", size, torch.float32, value.device)[:size].view(b, kv, k, width)
+    return FusedColumns(columns, value_with_columns(value, columns, out))
 
 
 def _sdpa_output(module, call: AttentionCall, dropout: float, is_causal: bool | None, kwargs: dict) -> torch.Tensor:
@@ -357,30 +364,33 @@ def anchorlens_attention_forward(
                 active.scratch_buffer("probs", size, torch.float32, dev),
             )
         # fast mode: the key columns the sink wants summed ride along in the output's product
-        columns = value_columns = None
+        fused = None
         if fast and active is not None and site is not None:
-            columns = _fused_columns(active, site, call, dropout, module.training)
-        if columns is not None and active is not None:
-            b, kv, k, d = call.value.shape
-            size = b * kv * k * fused_width(d, columns.shape[-1])
-            buf = active.scratch_buffer("value_columns", size, torch.float32, call.value.device)
-            value_columns = value_with_columns(call.value, columns, buf)
+            fused = _fused_columns(active, site, call, dropout, module.training)
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
             probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffers)
             key_sums = None
-            if value_columns is not None and columns is not None:
-                output_part, sums = output_and_key_sums(call, probs, value_columns, columns.shape[-1])
+            if fused is not None:
+                output_part, key_sums = fused.output_and_sums(probs, call.value.shape[-1])
                 parts.append(output_part)
-                key_sums = (sums, columns)
             elif eager:
                 parts.append(output_from_probs(call, probs, dropout, module.training))
             if site is not None and active is not None:
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
                     log_norm = log_norm.index_select(1, heads)
-                active.emit(site, probs.detach(), vis.visible, start, scores.detach(), log_norm.detach(), key_sums)
+                active.emit(
+                    site,
+                    probs.detach(),
+                    vis.visible,
+                    start,
+                    scores.detach(),
+                    log_norm.detach(),
+                    key_sums=key_sums,
+                    key_columns=None if fused is None else fused.columns,
+                )
             del probs, scores, log_norm
     if eager:
         output = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)

@@ -113,10 +113,12 @@ class CaptureSession:
         query_start: int = 0,
         scores: torch.Tensor | None = None,
         log_norm: torch.Tensor | None = None,
-        key_sums: tuple[torch.Tensor, torch.Tensor] | None = None,
+        key_sums: torch.Tensor | None = None,
+        key_columns: torch.Tensor | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
-        and hand it on. ``key_sums``: ([B, H, q, C] sums, the [B, K, C] :meth:`key_columns` they are over)."""
+        and hand it on. ``key_sums``: [B, H, q, C] sums of ``probs`` over ``key_columns`` [B, K, C] (see
+        :meth:`key_columns`), when the capture computed them."""
         heads = self._event_heads(probs.shape[1], probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
@@ -141,8 +143,8 @@ class CaptureSession:
                 q_total,
                 scores,
                 log_norm,
-                key_sums=None if key_sums is None else key_sums[0],
-                key_columns=None if key_sums is None else key_sums[1],
+                key_sums=key_sums,
+                key_columns=key_columns,
                 cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )
