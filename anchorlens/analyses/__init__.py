@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from anchorlens.analyses.base import SiteReducer
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
-from anchorlens.analyses.decomposition import PARTS, SINK, DecompositionReducer
+from anchorlens.analyses.decomposition import SINK, DecompositionReducer, parts_of
 from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer
@@ -57,7 +57,6 @@ __all__ = [
     "DEFAULT_REDUCERS",
     "DecompositionReducer",
     "MASK_REASON",
-    "PARTS",
     "SINK",
     "guidance_absorption",
     "mark_fixed",
@@ -99,6 +98,7 @@ __all__ = [
     "normalized_entropy",
     "paired_differences",
     "paired_summary",
+    "parts_of",
     "role_onehot",
     "roles_label",
     "sign_flip_test",

@@ -13,10 +13,9 @@ from anchorlens.analyses.shared import columns_of_layout
 from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.roles.kinds import ROLE_NAMES
+from anchorlens.errors import UsageError
 from anchorlens.roles.layout import Layout
-
-QUERY_LABELS: tuple[str, ...] = ROLE_NAMES + (ALL,)
+from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
 def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,6 +35,8 @@ def mean_of(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 class SiteReducer:
     """Base of the metric reducers: per-site :class:`SiteTable` of per-example sums.
 
+    ``roles``: the run's role table; state arrays have one entry per role (R = ``roles.size``) and frames name
+    the roles from it. Events of another table are refused (build the reducer with the run's roles).
     Subclasses set ``name`` and implement ``_shapes`` (state arrays per example and head), ``_per_query``
     (an event's per-query values, e.g. read from the shared key-column sums), ``_reduce_stage`` (the
     per-query values of a stage of layers -> their sums) and ``_site_frame`` (arrays -> tidy rows), and list
@@ -47,9 +48,22 @@ class SiteReducer:
     name: ClassVar[str] = ""
     reads_column_mass: bool = False  # whether _per_query reads column_mass (the capture may then fuse it)
 
-    def __init__(self) -> None:
+    def __init__(self, roles: RoleTable = BUILTIN_ROLES) -> None:
+        if not isinstance(roles, RoleTable):
+            raise TypeError(f"roles must be a RoleTable, got {type(roles).__name__}")
+        self.roles = roles
         self._sums = SiteSums(self._shapes())
         self._stager = Stager()
+
+    @property
+    def num_roles(self) -> int:
+        """R, the number of roles of the run."""
+        return self.roles.size
+
+    @property
+    def query_labels(self) -> tuple[str, ...]:
+        """Query-role labels of the frames: every role, then ``all``."""
+        return self.roles.names + (ALL,)
 
     # -- to implement -------------------------------------------------------------------------
     def _shapes(self) -> dict[str, tuple[int, ...]]:
@@ -76,7 +90,12 @@ class SiteReducer:
         raise NotImplementedError
 
     def state_options(self) -> dict:
-        """Options that change what the state means; merging requires them equal."""
+        """Options that change what the state means; merging requires them equal (the role names always: they give
+        the state's role axes)."""
+        return {"roles": list(self.roles.names), **self._options()}
+
+    def _options(self) -> dict:
+        """A subclass's own state options."""
         return {}
 
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
@@ -87,6 +106,12 @@ class SiteReducer:
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:
         """Stage one batch's per-query values at one site; reduce the stages that are complete."""
+        table = event.layout.k.table
+        if table is not self.roles and table.names != self.roles.names:
+            raise UsageError(
+                f"reducer {self.name} counts roles {', '.join(self.roles.names)} but the run has "
+                f"{', '.join(table.names)}; build it with the run's roles (roles=...)"
+            )
         self._stager.add(event, self._per_query(event), lambda: self._stage_constants(event))
         if self._stager.ready:
             self._reduce_ready(event.cache)

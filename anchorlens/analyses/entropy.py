@@ -6,14 +6,15 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
-from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame, role_label
+from anchorlens.analyses.base import SiteReducer, mean_of, with_all
+from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import PLOGP_COLUMNS, column_mass, column_plogp, visible_key_counts
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
-from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES, Role, parse_role
+from anchorlens.roles.kinds import Role
+from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
 def normalized_entropy(plogp_sum: torch.Tensor, mass: torch.Tensor, n_keys: torch.Tensor) -> torch.Tensor:
@@ -55,14 +56,14 @@ class EntropyReducer(SiteReducer):
     name = "entropy"
     reads_column_mass = True
 
-    def __init__(self, anchor_role: str | int | Role | None = "capsule") -> None:
-        super().__init__()
-        self.anchor_role = None if anchor_role is None else parse_role(anchor_role)
+    def __init__(self, anchor_role: str | int | Role | None = "capsule", roles: RoleTable = BUILTIN_ROLES) -> None:
+        super().__init__(roles)
+        self.anchor_role = None if anchor_role is None else roles.id(anchor_role)
         self._same_mask = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum/count: [R] for ``entropy``; content_sum/content_count: [R] for content entropy."""
-        r = (NUM_ROLES,)
+        r = (self.num_roles,)
         return {"sum": r, "count": r, "content_sum": r, "content_count": r}
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
@@ -125,15 +126,15 @@ class EntropyReducer(SiteReducer):
             "entropy",
             mean_of(total, count).unsqueeze(-1).numpy(),
             count.numpy(),
-            QUERY_LABELS,
+            self.query_labels,
             (NO_ROLE,),
         )
         c_sum, c_count = arrays["content_sum"], arrays["content_count"]
-        labels: tuple[str, ...] = ROLE_NAMES
+        labels: tuple[str, ...] = self.roles.names
         if self.anchor_role is not None:
-            i = int(self.anchor_role)
+            i = self.anchor_role
             c_sum, c_count = c_sum[:, :, i : i + 1], c_count[:, :, i : i + 1]
-            labels = (role_label(self.anchor_role),)
+            labels = (self.roles.names[i],)
         anchor = long_frame(
             stack,
             layer,

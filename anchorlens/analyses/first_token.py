@@ -6,13 +6,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
+from anchorlens.analyses.base import SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE, long_frame
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import FIRST_KEY, anchor_key_index, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.roles.kinds import NUM_ROLES
+from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
 @register_reducer("first_token")
@@ -28,18 +28,18 @@ class FirstTokenReducer(SiteReducer):
 
     name = "first_token"
 
-    def __init__(self, anchor_position: int | None = None) -> None:
-        super().__init__()
+    def __init__(self, anchor_position: int | None = None, roles: RoleTable = BUILTIN_ROLES) -> None:
+        super().__init__(roles)
         self.anchor_position = None if anchor_position is None else int(anchor_position)
         self.reads_column_mass = not self.anchor_position  # another anchor is gathered, not read from the columns
 
-    def state_options(self) -> dict:
+    def _options(self) -> dict:
         """``{"anchor_position": ...}``: which valid key is the anchor."""
         return {"anchor_position": self.anchor_position}
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum: [R]; count: [R]."""
-        return {"sum": (NUM_ROLES,), "count": (NUM_ROLES,)}
+        return {"sum": (self.num_roles,), "count": (self.num_roles,)}
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
         """[B, H, q, F]: each query's mass on the anchor key.
@@ -81,5 +81,13 @@ class FirstTokenReducer(SiteReducer):
         total, count = with_all(arrays["sum"], arrays["count"])
         value = mean_of(total, count).unsqueeze(-1)
         return long_frame(
-            stack, layer, examples, heads, "first_token_mass", value.numpy(), count.numpy(), QUERY_LABELS, (NO_ROLE,)
+            stack,
+            layer,
+            examples,
+            heads,
+            "first_token_mass",
+            value.numpy(),
+            count.numpy(),
+            self.query_labels,
+            (NO_ROLE,),
         )

@@ -24,7 +24,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
-from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, Role, parse_role
+from anchorlens.roles.kinds import INPUT_ROLES, Role
+from anchorlens.roles.table import GUIDANCE_NAMES
 
 COLUMNS: tuple[str, ...] = (
     "example",
@@ -41,7 +42,7 @@ SITE_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head")
 ROW_KEYS: tuple[str, ...] = ("example", "stack", "layer", "head", "metric", "query_role", "key_role")
 ALL = "all"
 NO_ROLE = ""
-INPUT = "input"  # label of the pooled input queries (special + structural + content)
+INPUT = "input"  # label of the pooled input queries (every role but guidance: special, structural, content, ...)
 GUIDANCE = "guidance"  # label of the pooled guidance roles
 _DTYPES = {
     "example": "int64",
@@ -185,18 +186,41 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def role_label(role: str | int | Role) -> str:
-    """Label of one role (``"capsule"``); ``"all"`` passes through."""
-    if isinstance(role, str) and role.strip().lower() == ALL:
-        return ALL
-    return parse_role(role).label
+    """Label of one role: a ``Role`` or built-in id by its name, a name (any role a task defines) normalized
+    (``"Demo-Label"`` -> ``"demo_label"``); ``"all"`` passes through."""
+    if isinstance(role, Role):
+        return role.label
+    if isinstance(role, int) and not isinstance(role, bool):
+        if 0 <= role < len(Role):
+            return Role(role).label
+        raise ValueError(f"role id {role} is not a built-in role; name roles a task adds by their name")
+    if not isinstance(role, str) or not role.strip():
+        raise ValueError(f"a role is a name or a built-in Role, got {role!r}")
+    return role.strip().lower().replace("-", "_")
 
 
-def roles_label(roles: Iterable[str | int | Role]) -> str:
-    """Label of a pooled role set: ``"input"``, ``"guidance"``, one role's label, or labels joined by ``+``."""
+POOLED_LABELS: frozenset[str] = frozenset({ALL, INPUT, GUIDANCE, NO_ROLE})
+_BUILTIN_INPUTS: tuple[str, ...] = tuple(r.label for r in INPUT_ROLES)
+
+
+def input_labels(df: pd.DataFrame) -> tuple[str, ...]:
+    """The input (non-guidance) role labels among ``df``'s query roles, built-ins first, then in order of first
+    appearance; the built-in input roles when ``df`` has none (the run's roles come from its frame)."""
+    seen = pd.unique(df["query_role"].astype(str)) if "query_role" in df.columns and len(df) else []
+    found = [r for r in seen if r not in POOLED_LABELS and r not in GUIDANCE_NAMES and "+" not in r]
+    if not found:
+        return _BUILTIN_INPUTS
+    builtins = [r for r in _BUILTIN_INPUTS if r in found]
+    return tuple(builtins + [r for r in found if r not in builtins])
+
+
+def roles_label(roles: Iterable[str | int | Role], inputs: Sequence[str] = _BUILTIN_INPUTS) -> str:
+    """Label of a pooled role set: ``"input"`` (the set is ``inputs``, the run's input roles), ``"guidance"``, one
+    role's label, or labels joined by ``+``."""
     labels = [role_label(r) for r in roles]
     names = set(labels)
-    if names == {r.label for r in INPUT_ROLES}:
+    if names == set(inputs):
         return INPUT
-    if names == {r.label for r in GUIDANCE_ROLES}:
+    if names == set(GUIDANCE_NAMES):
         return GUIDANCE
     return "+".join(labels)

@@ -36,23 +36,37 @@ from anchorlens.analyses.frames import (
     concat_frames,
     conform,
     empty_frame,
+    input_labels,
     per_head,
     role_label,
     roles_label,
 )
 from anchorlens.capture.reducer import Reducer
-from anchorlens.roles.kinds import GUIDANCE_ROLES, INPUT_ROLES, Role
+from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
 
 RoleLike = str | int | Role
 FIRST_TOKEN = "first_token"
+Roles = Sequence[RoleLike] | str  # explicit roles, or INPUT / GUIDANCE: the run's input or guidance roles
 
 
-def _labels(roles: Iterable[RoleLike]) -> list[str]:
-    """Role labels of ``roles`` (``"all"`` refused: pool explicit roles)."""
+def _labels(roles: Roles, df: pd.DataFrame | None = None) -> list[str]:
+    """Role labels of ``roles``; ``"input"`` is the frame's input roles, ``"guidance"`` the guidance roles
+    (``"all"`` refused: pool explicit roles)."""
+    if isinstance(roles, str):
+        if roles == INPUT:
+            return list(input_labels(df if df is not None else empty_frame()))
+        if roles == GUIDANCE:
+            return [r.label for r in GUIDANCE_ROLES]
+        roles = [roles]
     labels = [role_label(r) for r in roles]
     if ALL in labels:
         raise ValueError("pool explicit roles, not 'all'")
     return labels
+
+
+def _label_of(labels: Sequence[str], df: pd.DataFrame) -> str:
+    """:func:`roles_label` with the frame's input roles."""
+    return roles_label(labels, input_labels(df))
 
 
 def _need_count(df: pd.DataFrame) -> None:
@@ -75,8 +89,8 @@ def _pool_queries(rows: pd.DataFrame, metric: str, query_label: str, key_label: 
 
 def flow_mass(
     df: pd.DataFrame,
-    key_roles: Sequence[RoleLike],
-    query_roles: Sequence[RoleLike] | None = None,
+    key_roles: Roles,
+    query_roles: Roles | None = None,
     *,
     metric: str = "flow_mass",
 ) -> pd.DataFrame:
@@ -84,11 +98,12 @@ def flow_mass(
 
     query_roles None: one row per query role s present (including ``"all"``), value =
     sum_{r in R} F[s, r]. Otherwise one pooled row per site: value = pooled(S, R) (module
-    docstring), query_role = :func:`roles_label` of S. key_role = ``roles_label(R)``.
+    docstring), query_role = :func:`roles_label` of S. key_role = ``roles_label(R)``. Either may be
+    ``"input"`` (the frame's input roles: every role but guidance) or ``"guidance"``.
     """
     _need_count(df)
-    keys = _labels(key_roles)
-    key_label = roles_label(keys)
+    keys = _labels(key_roles, df)
+    key_label = _label_of(keys, df)
     flow = df[(df["metric"] == "role_flow") & df["key_role"].isin(keys)]
     if flow.empty:
         return empty_frame()
@@ -100,15 +115,15 @@ def flow_mass(
     if query_roles is None:
         by_query["metric"], by_query["key_role"] = metric, key_label
         return conform(by_query)
-    queries = _labels(query_roles)
+    queries = _labels(query_roles, df)
     rows = by_query[by_query["query_role"].isin(queries)]
-    return _pool_queries(rows, metric, roles_label(queries), key_label)
+    return _pool_queries(rows, metric, _label_of(queries, df), key_label)
 
 
 def anchor_mass(
     df: pd.DataFrame,
     anchor: RoleLike = "capsule",
-    query_roles: Sequence[RoleLike] = INPUT_ROLES,
+    query_roles: Roles = INPUT,
 ) -> pd.DataFrame:
     """``anchor_mass``: mass that queries of ``query_roles`` put on the anchor, pooled by query counts.
 
@@ -117,13 +132,13 @@ def anchor_mass(
     """
     if isinstance(anchor, str) and anchor == FIRST_TOKEN:
         _need_count(df)
-        queries = _labels(query_roles)
+        queries = _labels(query_roles, df)
         rows = df[(df["metric"] == "first_token_mass") & df["query_role"].isin(queries)]
-        return _pool_queries(rows, "anchor_mass", roles_label(queries), FIRST_TOKEN)
+        return _pool_queries(rows, "anchor_mass", _label_of(queries, df), FIRST_TOKEN)
     return flow_mass(df, [anchor], query_roles, metric="anchor_mass")
 
 
-def structural_attention(df: pd.DataFrame, query_roles: Sequence[RoleLike] | None = None) -> pd.DataFrame:
+def structural_attention(df: pd.DataFrame, query_roles: Roles | None = None) -> pd.DataFrame:
     """``structural_attention``: F[s, structural] per query role (None) or pooled over ``query_roles``.
 
     This includes the sink when the first input token is structural; ``decomposition`` splits it off.
@@ -131,12 +146,12 @@ def structural_attention(df: pd.DataFrame, query_roles: Sequence[RoleLike] | Non
     return flow_mass(df, [Role.STRUCTURAL], query_roles, metric="structural_attention")
 
 
-def special_attention(df: pd.DataFrame, query_roles: Sequence[RoleLike] | None = None) -> pd.DataFrame:
+def special_attention(df: pd.DataFrame, query_roles: Roles | None = None) -> pd.DataFrame:
     """``special_attention``: F[s, special] per query role (None) or pooled over ``query_roles``."""
     return flow_mass(df, [Role.SPECIAL], query_roles, metric="special_attention")
 
 
-def island_score(df: pd.DataFrame, roles: Sequence[RoleLike] = GUIDANCE_ROLES) -> pd.DataFrame:
+def island_score(df: pd.DataFrame, roles: Roles = GUIDANCE) -> pd.DataFrame:
     """``island_score``: share of guidance queries' attention kept on guidance keys, pooled(G, G).
 
     value = sum_{s in G} sum_{r in G} M[s, r] / sum_{s in G} n[s]: every guidance query weighs
@@ -148,7 +163,7 @@ def island_score(df: pd.DataFrame, roles: Sequence[RoleLike] = GUIDANCE_ROLES) -
 def anchor_structural(
     df: pd.DataFrame,
     anchor: RoleLike = "capsule",
-    key_roles: Sequence[RoleLike] = (Role.STRUCTURAL,),
+    key_roles: Roles = (Role.STRUCTURAL,),
 ) -> pd.DataFrame:
     """``anchor_structural``: mass the anchor role's own queries put on ``key_roles``, F[anchor, R]."""
     return flow_mass(df, key_roles, [anchor], metric="anchor_structural")
@@ -173,9 +188,13 @@ def pooled_entropy(df: pd.DataFrame) -> pd.DataFrame:
         inputs = rows.merge(single, on=site, how="left")
         inputs = inputs[inputs["_single"].isna()].drop(columns="_single")
     parts = []
-    for roles, source in ((INPUT_ROLES, inputs), (GUIDANCE_ROLES, rows)):  # guidance: flagged by mark_fixed instead
-        labels = _labels(roles)
-        parts.append(_pool_queries(source[source["query_role"].isin(labels)], "entropy", roles_label(labels), NO_ROLE))
+    for labels, source in (
+        (_labels(INPUT, rows), inputs),
+        (_labels(GUIDANCE), rows),
+    ):  # guidance: flagged by mark_fixed
+        parts.append(
+            _pool_queries(source[source["query_role"].isin(labels)], "entropy", _label_of(labels, rows), NO_ROLE)
+        )
     return concat_frames(parts)
 
 

@@ -6,13 +6,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.base import QUERY_LABELS, SiteReducer, mean_of, with_all
+from anchorlens.analyses.base import SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import long_frame
 from anchorlens.analyses.registry import register_reducer
-from anchorlens.analyses.shared import column_mass
+from anchorlens.analyses.shared import ROLE_COLUMNS, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.roles.kinds import NUM_ROLES, ROLE_NAMES
 
 
 @register_reducer("role_flow")
@@ -24,7 +23,7 @@ class RoleFlowReducer(SiteReducer):
     counted; visibility is taken from ``probs`` (0 on keys a query may not see, per the event
     contract). Frame rows: metric ``role_flow``, value = mass[s, r] / count[s] (mean mass per
     query, in [0, 1]), count = count[s]; query_role is each role with count > 0 plus ``"all"``
-    (every valid query), key_role each role label.
+    (every valid query), key_role each role label of the run's table.
     """
 
     name = "role_flow"
@@ -32,15 +31,16 @@ class RoleFlowReducer(SiteReducer):
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """mass: [R, R]; count: [R]."""
-        return {"mass": (NUM_ROLES, NUM_ROLES), "count": (NUM_ROLES,)}
+        r = self.num_roles
+        return {"mass": (r, r), "count": (r,)}
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
-        """[B, H, q, C]: the shared key-column sums, whose first R columns are the mass on each key role."""
+        """[B, H, q, C]: the shared key-column sums, whose role columns are the mass on each key role."""
         return (column_mass(event),)
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
         """mass [L, B, H, R, R] (query role x key role), count [1, B, 1, R] (float64)."""
-        return {"mass": stage.role_sums_of()[..., :NUM_ROLES], "count": stage.query_counts()}
+        return {"mass": stage.role_sums_of()[..., ROLE_COLUMNS], "count": stage.query_counts()}
 
     def _site_frame(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
@@ -49,5 +49,13 @@ class RoleFlowReducer(SiteReducer):
         mass, count = with_all(arrays["mass"], arrays["count"])
         value = mean_of(mass, count)
         return long_frame(
-            stack, layer, examples, heads, "role_flow", value.numpy(), count.numpy(), QUERY_LABELS, ROLE_NAMES
+            stack,
+            layer,
+            examples,
+            heads,
+            "role_flow",
+            value.numpy(),
+            count.numpy(),
+            self.query_labels,
+            self.roles.names,
         )

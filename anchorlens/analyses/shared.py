@@ -3,9 +3,9 @@
 Every pass over the [B, H, q, K] probabilities is memory-bound and costs about as much as the next one,
 so the reducers read the probabilities through a few shared reductions, each cached on the event:
 
-- :func:`column_mass`: each query's attention on a small set of *key columns*: the key roles (R one-hot
-  columns), the example's first valid key, its sink (first valid input key, see :func:`sink_index`) and
-  every valid key. First-token mass, role flow, the sink-aware decomposition and the entropies'
+- :func:`column_mass`: each query's attention on a small set of *key columns*: the example's first valid
+  key, its sink (first valid input key, see :func:`sink_index`), every valid key, the content keys, then the
+  key roles (R one-hot columns, R = the size of the run's role table, :data:`ROLE_START` onwards). First-token mass, role flow, the sink-aware decomposition and the entropies'
   normalisers are all read from it: no gather over the probabilities. The reducers ask the capture for
   these columns (``key_columns``, :func:`columns_of_layout`); in fast mode it sums them in the same product
   as the output (``probs @ [V | columns]``, :attr:`AttentionEvent.key_sums`), otherwise one batched matmul
@@ -25,27 +25,37 @@ import torch
 
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
-from anchorlens.roles.kinds import INPUT_ROLES, NUM_ROLES, Role
+from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
 from anchorlens.roles.layout import Layout
 
-FIRST_KEY = NUM_ROLES  # column of the example's first valid key
-SINK_KEY = NUM_ROLES + 1  # column of the example's first valid input key
-VALID_KEY = NUM_ROLES + 2  # column of every valid key
-CONTENT_KEY = NUM_ROLES + 3  # the content role's column again, next to VALID_KEY (so both are one slice)
-NUM_COLUMNS = NUM_ROLES + 4
+FIRST_KEY = 0  # column of the example's first valid key
+SINK_KEY = 1  # column of the example's first valid input key
+VALID_KEY = 2  # column of every valid key
+CONTENT_KEY = 3  # the content role's column again, next to VALID_KEY (so both are one slice)
+ROLE_START = 4  # the role one-hots: columns ROLE_START .. ROLE_START + R - 1
 PLOGP_COLUMNS = slice(VALID_KEY, CONTENT_KEY + 1)  # the key columns :func:`column_plogp` sums over
-_INPUT_IDX = [int(r) for r in INPUT_ROLES]
+ROLE_COLUMNS = slice(ROLE_START, None)
+_GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
+
+
+def num_columns(num_roles: int) -> int:
+    """Number of key columns C for a run with ``num_roles`` roles."""
+    return ROLE_START + num_roles
+
 
 _COLUMNS = IdentityCache()
 _QUERY_HOT = IdentityCache()
 
 
-def role_onehot(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """[B, T, NUM_ROLES] one-hot of ``roles`` ([B, T] long), zero where ``valid`` ([B, T] bool) is False.
+def role_onehot(
+    roles: torch.Tensor, valid: torch.Tensor, num_roles: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """[B, T, R] one-hot of ``roles`` ([B, T] long) over ``num_roles`` R roles, zero where ``valid`` ([B, T] bool)
+    is False.
 
-    Role values outside ``0..NUM_ROLES-1`` get an all-zero row (ignored).
+    Role values outside ``0..R-1`` get an all-zero row (ignored).
     """
-    ids = torch.arange(NUM_ROLES, device=roles.device)
+    ids = torch.arange(num_roles, device=roles.device)
     return ((roles.unsqueeze(-1) == ids) & valid.to(roles.device).bool().unsqueeze(-1)).to(dtype)
 
 
@@ -68,20 +78,21 @@ def sink_index(key_roles: torch.Tensor, key_valid: torch.Tensor) -> tuple[torch.
 
     key_roles: [B, K] long; key_valid: [B, K] bool.
     """
-    ok = key_valid.bool() & (key_roles.unsqueeze(-1) == torch.tensor(_INPUT_IDX, device=key_roles.device)).any(-1)
+    guidance = (key_roles.unsqueeze(-1) == torch.tensor(_GUIDANCE_IDX, device=key_roles.device)).any(-1)
+    ok = key_valid.bool() & ~guidance
     return ok.long().argmax(1), ok.any(1)
 
 
-def _columns(roles: torch.Tensor, valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B, K, C] key columns: role one-hots of valid keys, then first valid key, sink, every valid key and
-    content keys again (0/1)."""
-    hot = role_onehot(roles, valid, dtype)
+def _columns(roles: torch.Tensor, valid: torch.Tensor, num_roles: int, dtype: torch.dtype) -> torch.Tensor:
+    """[B, K, C] key columns (0/1): first valid key, sink, every valid key, content keys, then the role one-hots of
+    valid keys."""
+    hot = role_onehot(roles, valid, num_roles, dtype)
     b, k = roles.shape
     rows = torch.arange(b, device=roles.device)
     out = torch.zeros(b, k, 2, dtype=dtype, device=roles.device)
     for col, (index, found) in enumerate((anchor_key_index(valid, 0), sink_index(roles, valid))):
         out[rows[found], index[found], col] = 1.0
-    return torch.cat([hot, out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT)].unsqueeze(-1)], -1)
+    return torch.cat([out, valid.to(dtype).unsqueeze(-1), hot[..., int(Role.CONTENT)].unsqueeze(-1), hot], -1)
 
 
 def layout_key_columns(event: AttentionEvent) -> torch.Tensor:
@@ -107,15 +118,15 @@ def _columns_of(layout: Layout, dev: torch.device, dtype: torch.dtype) -> tuple[
     k = layout.k
 
     def compute() -> tuple[torch.Tensor, torch.Tensor]:
-        every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), dtype)
+        every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), k.table.size, dtype)
         return every, every[..., PLOGP_COLUMNS].transpose(1, 2).contiguous()
 
-    return _COLUMNS.get((k.roles, k.valid, dev, dtype), compute)
+    return _COLUMNS.get((k.roles, k.valid, k.table, dev, dtype), compute)
 
 
 def key_columns(event: AttentionEvent) -> torch.Tensor:
-    """[B, K', C] float (probs dtype): key roles one-hot (zero rows for padding), first valid key, sink, every
-    valid key, content keys, for the K' keys the event's probabilities cover (found among all the layout's keys)."""
+    """[B, K', C] float (probs dtype): first valid key, sink, every valid key, content keys, key roles one-hot (zero
+    rows for padding), for the K' keys the event's probabilities cover (found among all the layout's keys)."""
     if "key_columns" not in event.cache:
         event.cache["key_columns"] = _layout_columns(event)[0][:, : event.key_count]
     return event.cache["key_columns"]
@@ -137,10 +148,10 @@ def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
         q, dev = event.layout.q, event.probs.device
 
         def compute() -> tuple[torch.Tensor, torch.Tensor]:
-            hot = role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), torch.float64)
+            hot = role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), q.table.size, torch.float64)
             return hot, hot.transpose(1, 2).contiguous()
 
-        event.cache["q_hot"] = _QUERY_HOT.get((q.roles, q.valid, dev), compute)
+        event.cache["q_hot"] = _QUERY_HOT.get((q.roles, q.valid, q.table, dev), compute)
     return event.cache["q_hot"]
 
 
@@ -204,5 +215,5 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
     Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
         seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[..., :NUM_ROLES])
+        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[..., ROLE_COLUMNS])
     return event.cache["visible_key_counts"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Protocol
 
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.options import CaptureOptions
@@ -12,7 +13,21 @@ from anchorlens.capture.run import CaptureTarget, capture_batch
 from anchorlens.capture.selection import Selection
 from anchorlens.capture.sinks import MapSink, StreamSink
 from anchorlens.roles.encoding import Encoded
-from anchorlens.roles.templates import Template
+from anchorlens.roles.scheme import RoleScheme
+from anchorlens.roles.templates import Rendered
+
+
+class PromptRenderer(Protocol):
+    """What renders examples for a run: a task's prompts (template, demonstrations, chat) or a bare Template."""
+
+    @property
+    def scheme(self) -> RoleScheme:
+        """The run's role table and token rules."""
+        ...
+
+    def render(self, example: Mapping) -> Rendered:
+        """One example's text with a role for every character."""
+        ...
 
 
 class InputTruncated(UserWarning):
@@ -22,13 +37,14 @@ class InputTruncated(UserWarning):
 def encode_batches(
     target: CaptureTarget,
     examples: Sequence[Mapping],
-    template: Template,
+    prompts: PromptRenderer,
     batch_size: int = 8,
     example_ids: Sequence[int] | None = None,
     max_length: int | None = None,
     sort_by_length: bool = True,
 ) -> Iterator[Encoded]:
-    """Render and encode examples in batches; length-sorted batches waste less padding, and the longest batch
+    """Render (``prompts``: the task's prompts, or a Template) and encode examples in batches with the run's role
+    scheme; length-sorted batches waste less padding, and the longest batch
     (by rendered characters) comes first, so that memory peaks at once (an input too long for the machine
     fails before any other work) and the capture's reused buffers are allocated at about their largest.
 
@@ -38,14 +54,17 @@ def encode_batches(
     ids = list(range(len(examples))) if example_ids is None else list(example_ids)
     context = target.context_length
     limit = min(x for x in (max_length, context) if x is not None) if (max_length or context) else None
-    rendered = [template.render(ex) for ex in examples]
+    rendered = [prompts.render(ex) for ex in examples]
+    scheme = prompts.scheme
     order = list(range(len(examples)))
     if sort_by_length:
         order.sort(key=lambda i: len(rendered[i].text), reverse=True)
     truncated = 0
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batch = target.encode([rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=limit)
+        batch = target.encode(
+            [rendered[i] for i in chunk], example_ids=[ids[i] for i in chunk], max_length=limit, scheme=scheme
+        )
         truncated += int(batch.meta.get("truncated", 0))
         yield batch
     if truncated:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from anchorlens.roles.kinds import Role
+from anchorlens.roles.kinds import ROLE_NAMES, Role
 
 
 @dataclass
@@ -14,8 +14,9 @@ class StackMaps:
     """Maps of one attention stack of one example.
 
     probs: [L, H, Q, K] float32 for the captured ``layers`` and ``heads`` (model indices), padding
-    removed. q_roles/k_roles: [Q]/[K] long ``Role`` values. q_tokens/k_tokens: token texts, with
-    inserted guidance positions named ``<capsule>``, ``<instance>``, ``<soft_prompt>``.
+    removed. q_roles/k_roles: [Q]/[K] long role ids; role_names: the run's role names by id (the built-in
+    ``Role`` values first, then those the task added). q_tokens/k_tokens: token texts, with inserted guidance
+    positions named ``<capsule>``, ``<instance>``, ``<soft_prompt>``.
     """
 
     probs: torch.Tensor
@@ -25,15 +26,21 @@ class StackMaps:
     k_roles: torch.Tensor
     q_tokens: list[str]
     k_tokens: list[str]
+    role_names: tuple[str, ...] = ROLE_NAMES
+
+    def role_name(self, role_id: int) -> str:
+        """Name of a role id of this map."""
+        return self.role_names[int(role_id)]
 
     def layer(self, layer: int) -> torch.Tensor:
         """[H, Q, K] map of one model layer."""
         return self.probs[self.layers.index(layer)]
 
-    def positions_of(self, role: Role | int, side: str = "k") -> list[int]:
-        """Indices of the query (``side='q'``) or key (``'k'``) positions having ``role``."""
+    def positions_of(self, role: str | Role | int, side: str = "k") -> list[int]:
+        """Indices of the query (``side='q'``) or key (``'k'``) positions having ``role`` (a name or an id)."""
+        wanted = self.role_names.index(role) if isinstance(role, str) else int(role)
         roles = self.q_roles if side == "q" else self.k_roles
-        return [i for i, r in enumerate(roles.tolist()) if r == int(role)]
+        return [i for i, r in enumerate(roles.tolist()) if r == wanted]
 
 
 @dataclass

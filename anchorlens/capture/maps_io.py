@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from anchorlens.capture.maps import AttentionMaps, StackMaps
+from anchorlens.roles.kinds import ROLE_NAMES
 
 
 def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path, Path]:
@@ -25,7 +26,13 @@ def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path
             tensors[f"{key}/probs"] = sm.probs.contiguous()
             tensors[f"{key}/q_roles"] = sm.q_roles.contiguous()
             tensors[f"{key}/k_roles"] = sm.k_roles.contiguous()
-            stacks[stack] = {"layers": sm.layers, "heads": sm.heads, "q_tokens": sm.q_tokens, "k_tokens": sm.k_tokens}
+            stacks[stack] = {
+                "layers": sm.layers,
+                "heads": sm.heads,
+                "q_tokens": sm.q_tokens,
+                "k_tokens": sm.k_tokens,
+                "role_names": list(sm.role_names),
+            }
         meta[str(i)] = entry
     st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
     save_file(tensors, str(st))
@@ -51,6 +58,7 @@ def load_maps(stem: str | Path) -> dict[str, AttentionMaps]:
                 tensors[f"{key}/k_roles"],
                 info["q_tokens"],
                 info["k_tokens"],
+                tuple(info.get("role_names", ROLE_NAMES)),  # maps saved before open roles: the built-ins
             )
         out[entry["name"]] = AttentionMaps(entry["example_id"], stacks)
     return out

@@ -14,6 +14,7 @@ from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import LayoutProvider
+from anchorlens.roles.scheme import RoleScheme
 from anchorlens.roles.templates import Rendered
 
 
@@ -41,9 +42,13 @@ class CaptureTarget(Protocol):
         ...
 
     def encode(
-        self, rendered: Sequence[Rendered], example_ids: Sequence[int] | None = None, max_length: int | None = None
+        self,
+        rendered: Sequence[Rendered],
+        example_ids: Sequence[int] | None = None,
+        max_length: int | None = None,
+        scheme: RoleScheme = ...,
     ) -> Encoded:
-        """Tokenize rendered examples with roles."""
+        """Tokenize rendered examples with roles (``scheme``: the run's roles and token rules)."""
         ...
 
     def sites(self) -> list[tuple[Site, torch.nn.Module]]:

@@ -155,7 +155,7 @@ class CaptureSession:
         q = layout.q
         return self.shared.get(
             ("query_slice", q.roles, q.valid, layout.k.roles, layout.k.valid, start, stop),
-            lambda: Layout(SequenceRoles(q.roles[:, start:stop], q.valid[:, start:stop]), layout.k),
+            lambda: Layout(SequenceRoles(q.roles[:, start:stop], q.valid[:, start:stop], q.table), layout.k),
         )
 
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -66,6 +66,7 @@ class MapSink:
         self.max_examples = max_examples
         self._parts: dict[int, dict[str, dict[int, tuple]]] = {}
         self._tokens: dict[int, dict[str, list[str]]] = {}
+        self._role_names: dict[int, tuple[str, ...]] = {}
 
     def begin_batch(self, batch: Encoded) -> None:
         """Remember the token texts of a batch about to run (needed for labels)."""
@@ -93,6 +94,7 @@ class MapSink:
                 probs = torch.cat([prev_probs, probs], dim=1)
                 q_roles = torch.cat([prev_roles, q_roles])
             site[event.layer] = (probs, event.heads.tolist(), q_roles, event.layout.k.roles[row][kv].cpu())
+            self._role_names[ex] = event.layout.table.names
 
     def maps(self, stack_sequences: dict[str, tuple[str, str]]) -> list[AttentionMaps]:
         """The collected maps, one ``AttentionMaps`` per example, in arrival order."""
@@ -115,6 +117,7 @@ class MapSink:
                     k_roles=k_roles,
                     q_tokens=_labels(q_roles.tolist(), toks.get(q_name, [])),
                     k_tokens=_labels(k_roles.tolist(), toks.get(k_name, [])),
+                    role_names=self._role_names[ex],
                 )
             out.append(AttentionMaps(example_id=ex, stacks=built))
         return out

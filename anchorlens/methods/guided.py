@@ -17,6 +17,7 @@ from anchorlens.models.adapters.site import Site
 from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
+from anchorlens.roles.scheme import DEFAULT_SCHEME, RoleScheme
 
 FIRST_TOKEN_ANCHOR = "first_token"
 
@@ -97,10 +98,14 @@ class GuidedModel:
         return "+".join([self.base.spec] + [g.describe() for g in self.guidance_list()])
 
     def encode(
-        self, rendered: Sequence, example_ids: Sequence[int] | None = None, max_length: int | None = None
+        self,
+        rendered: Sequence,
+        example_ids: Sequence[int] | None = None,
+        max_length: int | None = None,
+        scheme: RoleScheme = DEFAULT_SCHEME,
     ) -> Encoded:
         """Tokenize with the base (see ``Base.encode``)."""
-        return self.base.encode(rendered, example_ids, max_length=max_length)
+        return self.base.encode(rendered, example_ids, max_length=max_length, scheme=scheme)
 
     def sites(self) -> list[tuple[Site, nn.Module]]:
         """Every attention (site, module) pair of the base."""

@@ -9,14 +9,15 @@ import torch
 
 from anchorlens.methods.base import LayerPositions
 from anchorlens.methods.plan import Plan, Spliced
-from anchorlens.roles.kinds import INPUT_ROLES
+from anchorlens.roles.kinds import GUIDANCE_ROLES
 
 
 def input_tokens(roles: torch.Tensor) -> torch.Tensor:
-    """[B, T] bool: positions whose role is an input role (special, structural, content), not guidance."""
-    mask = torch.zeros_like(roles, dtype=torch.bool)
-    for role in INPUT_ROLES:
-        mask |= roles == int(role)
+    """[B, T] bool: positions whose role is an input role (the built-in special, structural, content and every
+    role a task adds), not guidance (guidance roles have the same ids in every run's table)."""
+    mask = torch.ones_like(roles, dtype=torch.bool)
+    for role in GUIDANCE_ROLES:
+        mask &= roles != int(role)
     return mask
 
 

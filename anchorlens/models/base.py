@@ -15,6 +15,7 @@ from anchorlens.models.adapters.site import Site
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import StaticLayout
+from anchorlens.roles.scheme import DEFAULT_SCHEME, RoleScheme
 from anchorlens.roles.templates import Rendered
 from anchorlens.roles.tokenize import encode
 
@@ -141,11 +142,16 @@ class Base:
         return self.adapter.attention_sites(self.model)
 
     def encode(
-        self, rendered: Sequence[Rendered], example_ids: Sequence[int] | None = None, max_length: int | None = None
+        self,
+        rendered: Sequence[Rendered],
+        example_ids: Sequence[int] | None = None,
+        max_length: int | None = None,
+        scheme: RoleScheme = DEFAULT_SCHEME,
     ) -> Encoded:
-        """Tokenize rendered examples with roles; encoder-decoder bases get a one-token decoder side."""
+        """Tokenize rendered examples with roles (``scheme``: the run's role table and token rules); encoder-decoder
+        bases get a one-token decoder side."""
         ids = None if example_ids is None else torch.as_tensor(list(example_ids), dtype=torch.long)
-        batch = encode(rendered, self.tokenizer, example_ids=ids, max_length=max_length)
+        batch = encode(rendered, self.tokenizer, example_ids=ids, max_length=max_length, scheme=scheme)
         if self.is_encoder_decoder:
             start = self.config.decoder_start_token_id
             b = batch.batch_size

@@ -7,14 +7,16 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from anchorlens.roles.layout import SequenceRoles
+from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
 @dataclass
 class Encoded:
     """A padded batch of tokenized examples with per-position roles.
 
-    input_ids, attention_mask, roles: [B, T] long; ``roles`` holds ``Role`` values
-    (padding is ``Role.SPECIAL`` with attention_mask 0). fields: per example, per position, the
+    input_ids, attention_mask, roles: [B, T] long; ``roles`` holds ids of ``role_table`` (the run's roles:
+    the built-in ``Role`` values and those the task adds; padding is ``Role.SPECIAL`` with attention_mask 0).
+    fields: per example, per position, the
     template field a content token came from (``"premise"``), the structural segment's text for
     structural tokens, and ``""`` for specials. tokens: per example, per position, the token's
     text. example_ids: [B] long, the examples' indices in their dataset. target_*: the decoder
@@ -32,6 +34,7 @@ class Encoded:
     target_mask: torch.Tensor | None = None
     target_roles: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
+    role_table: RoleTable = BUILTIN_ROLES
 
     @property
     def batch_size(self) -> int:
@@ -40,13 +43,13 @@ class Encoded:
 
     def input_sequence(self) -> SequenceRoles:
         """Roles and validity of the input positions."""
-        return SequenceRoles(self.roles, self.attention_mask.bool())
+        return SequenceRoles(self.roles, self.attention_mask.bool(), self.role_table)
 
     def target_sequence(self) -> SequenceRoles | None:
         """Roles and validity of the decoder-side positions, when there are any."""
         if self.target_ids is None or self.target_roles is None or self.target_mask is None:
             return None
-        return SequenceRoles(self.target_roles, self.target_mask.bool())
+        return SequenceRoles(self.target_roles, self.target_mask.bool(), self.role_table)
 
     def sequences(self) -> dict[str, SequenceRoles]:
         """Named sequences (``input`` and, for encoder-decoder, ``target``)."""

@@ -7,16 +7,19 @@ from typing import Protocol
 
 import torch
 
+from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
+
 
 @dataclass(frozen=True)
 class SequenceRoles:
     """Roles of one batch of sequences.
 
-    roles: [B, T] long (``Role`` values); valid: [B, T] bool (False for padding).
+    roles: [B, T] long (ids of ``table``); valid: [B, T] bool (False for padding); table: the run's roles.
     """
 
     roles: torch.Tensor
     valid: torch.Tensor
+    table: RoleTable = BUILTIN_ROLES
 
     def insert(self, index: torch.Tensor, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` before per-example ``index`` ([B] long)."""
@@ -29,7 +32,7 @@ class SequenceRoles:
         src = torch.where(pos < start, pos, pos - count).clamp(0, t - 1)
         roles = torch.where(inserted, torch.full_like(pos, int(role)), self.roles.gather(1, src))
         valid = torch.where(inserted, torch.ones_like(inserted), self.valid.gather(1, src))
-        return SequenceRoles(roles, valid)
+        return SequenceRoles(roles, valid, self.table)
 
     def prepend(self, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` at index 0 of every example."""
@@ -48,6 +51,11 @@ class Layout:
 
     q: SequenceRoles
     k: SequenceRoles
+
+    @property
+    def table(self) -> RoleTable:
+        """The roles of the layout's ids (queries and keys share one table)."""
+        return self.k.table
 
     @classmethod
     def self_attention(cls, seq: SequenceRoles) -> Layout:

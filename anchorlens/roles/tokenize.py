@@ -1,18 +1,23 @@
 """Tokenize rendered templates and give every token a role and field from character offsets.
 
-Role rule for one token with character offsets ``[s, e)``:
+Role rule for one token with character offsets ``[s, e)`` (spans are *filled* when their text came from
+data: a field, a system prompt, a demonstration's answer; *literal* when a template wrote it):
 
 1. tokens the tokenizer added (``special_tokens_mask``, or an empty offset on a special id) and
-   padding are SPECIAL, field ``""``;
-2. a token overlapping a non-whitespace content character is CONTENT; its field is the content
-   field with the most overlapping (non-whitespace, then any) characters, ties to the earliest;
-3. else a token overlapping a non-whitespace structural character is STRUCTURAL, field = the
-   segment's name (most overlap wins);
-4. a token covering only whitespace takes the role of the whitespace it covers (content first),
+   padding are SPECIAL, field ``""``; special tokens written in the text (a chat template's
+   ``<|im_start|>``) take the role of their span like any other token;
+2. a token overlapping a non-whitespace filled character takes that span's role (CONTENT for a
+   field); its field is the filled span with the most overlapping (non-whitespace, then any)
+   characters, ties to the earliest;
+3. else a token overlapping a non-whitespace literal character takes that span's role
+   (STRUCTURAL for template text), field = the segment's name (most overlap wins);
+4. a token covering only whitespace takes the role of the whitespace it covers (filled first),
    so a lone ``"\\n"`` of the template is STRUCTURAL;
-5. a zero-width non-special token takes the role of the character at its offset.
+5. a zero-width non-special token takes the role of the character at its offset;
+6. the scheme's token rules (:mod:`anchorlens.roles.scheme`) then re-tag tokens by their text.
 
-Punctuation inside a field stays CONTENT: structural means the template's own text only.
+Punctuation inside a field stays CONTENT unless a rule says otherwise: structural means the
+template's own text only.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ import torch
 
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
+from anchorlens.roles.scheme import DEFAULT_SCHEME, RoleScheme
 from anchorlens.roles.templates import Rendered, Span
+
+SPECIAL = Role.SPECIAL.label
 
 
 def _overlap_score(text: str, span: Span, start: int, end: int) -> tuple[int, int]:
@@ -36,39 +44,35 @@ def _overlap_score(text: str, span: Span, start: int, end: int) -> tuple[int, in
     return (sum(not c.isspace() for c in chunk), hi - lo)
 
 
-def _best(text: str, spans: Sequence[Span], role: Role, start: int, end: int) -> tuple[tuple[int, int], str]:
-    """Best overlap score among spans of ``role`` and the field that has it."""
-    best, field = (0, 0), ""
+def _best(text: str, spans: Sequence[Span], slot: bool, start: int, end: int) -> tuple[tuple[int, int], Span | None]:
+    """Best overlap score among filled (``slot``) or literal spans, and the span that has it."""
+    best: tuple[int, int] = (0, 0)
+    found: Span | None = None
     for span in spans:
-        if span.role != role:
+        if span.slot != slot or span.end <= start or span.start >= end:
             continue
         score = _overlap_score(text, span, start, end)
         if score > best:
-            best, field = score, span.field
-    return best, field
+            best, found = score, span
+    return best, found
 
 
-def token_role(rendered: Rendered, start: int, end: int) -> tuple[Role, str]:
-    """Role and field of a non-special token with character offsets ``[start, end)`` (rules 2-5)."""
+def token_role(rendered: Rendered, start: int, end: int) -> tuple[str, str]:
+    """Role name and field of a non-special token with character offsets ``[start, end)`` (rules 2-5)."""
     text, spans = rendered.text, rendered.spans
     if end <= start:  # zero width: the character at its position (or the last one)
         if not spans:
-            return Role.SPECIAL, ""
+            return SPECIAL, ""
         for span in spans:
             if span.start <= start < span.end:
                 return span.role, span.field
         return spans[-1].role, spans[-1].field
-    content, c_field = _best(text, spans, Role.CONTENT, start, end)
-    structural, s_field = _best(text, spans, Role.STRUCTURAL, start, end)
-    if content[0]:
-        return Role.CONTENT, c_field
-    if structural[0]:
-        return Role.STRUCTURAL, s_field
-    if content[1]:
-        return Role.CONTENT, c_field
-    if structural[1]:
-        return Role.STRUCTURAL, s_field
-    return Role.SPECIAL, ""  # offsets outside the text: treat as added by the tokenizer
+    filled, f_span = _best(text, spans, True, start, end)
+    written, w_span = _best(text, spans, False, start, end)
+    for score, best in ((filled[0], f_span), (written[0], w_span), (filled[1], f_span), (written[1], w_span)):
+        if score and best is not None:
+            return best.role, best.field
+    return SPECIAL, ""  # offsets outside the text: treat as added by the tokenizer
 
 
 def _pad_id(tokenizer: Any) -> int:
@@ -107,13 +111,14 @@ def encode(
     example_ids: Sequence[int] | torch.Tensor | None = None,
     max_length: int | None = None,
     padding_side: str | None = None,
-    add_special_tokens: bool = True,
+    scheme: RoleScheme = DEFAULT_SCHEME,
 ) -> Encoded:
     """Tokenize a batch of rendered templates into a padded ``Encoded`` with per-token roles.
 
-    Returns input_ids, attention_mask, roles: [B, T] long (T = longest example), fields and tokens
-    as B lists of T strings, example_ids: [B] long (default 0..B-1). ``meta["truncated"]`` counts
-    the examples cut to ``max_length`` (the left part is kept).
+    Returns input_ids, attention_mask, roles: [B, T] long (T = longest example; ids of ``scheme.table``),
+    fields and tokens as B lists of T strings, example_ids: [B] long (default 0..B-1).
+    ``meta["truncated"]`` counts the examples cut to ``max_length`` (the left part is kept). A span role
+    that is not in the scheme's table is a ValueError naming it.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError("encode needs a fast tokenizer (offsets mapping); got " + type(tokenizer).__name__)
@@ -136,7 +141,16 @@ def encode(
     pad_token = tokenizer.convert_ids_to_tokens(pad_id)
     special_ids = set(tokenizer.all_special_ids)
 
-    batch = _tokenize(tokenizer, [r.text for r in items], max_length, add_special_tokens)
+    table = scheme.table
+    ids_of = {name: i for i, name in enumerate(table.names)}
+    for r in items:
+        for name in r.roles:
+            if name not in ids_of:
+                raise ValueError(
+                    f"role {name!r} of a rendered span is not one of this run's roles: {', '.join(table.names)}"
+                )
+    special = ids_of[SPECIAL]
+    batch = _tokenize(tokenizer, [r.text for r in items], max_length, scheme.add_special_tokens)
     rows_ids: list[list[int]] = batch["input_ids"]
     truncated = 0
     if max_length is not None:
@@ -144,14 +158,15 @@ def encode(
 
     rows_roles: list[list[int]] = []
     rows_fields: list[list[str]] = []
-    for r, ids, offsets, special in zip(items, rows_ids, batch["offset_mapping"], batch["special_tokens_mask"]):
+    for r, ids, offsets, specials in zip(items, rows_ids, batch["offset_mapping"], batch["special_tokens_mask"]):
         roles, fields = [], []
-        for tok_id, (start, end), is_special in zip(ids, offsets, special):
+        for tok_id, (start, end), is_special in zip(ids, offsets, specials):
             if is_special or (start == end and tok_id in special_ids):
-                role, field = Role.SPECIAL, ""
+                role, field = special, ""
             else:
-                role, field = token_role(r, int(start), int(end))
-            roles.append(int(role))
+                name, field = token_role(r, int(start), int(end))
+                role = scheme.retag(ids_of[name], r.text[start:end]) if scheme.rules else ids_of[name]
+            roles.append(role)
             fields.append(field)
         rows_roles.append(roles)
         rows_fields.append(fields)
@@ -159,7 +174,7 @@ def encode(
     width = max(len(ids) for ids in rows_ids)
     input_ids = torch.full((batch_size, width), pad_id, dtype=torch.long)
     attention = torch.zeros((batch_size, width), dtype=torch.long)
-    roles_t = torch.full((batch_size, width), int(Role.SPECIAL), dtype=torch.long)
+    roles_t = torch.full((batch_size, width), special, dtype=torch.long)
     fields_out: list[list[str]] = []
     tokens_out: list[list[str]] = []
     for b, (ids, roles, fields) in enumerate(zip(rows_ids, rows_roles, rows_fields)):
@@ -185,4 +200,5 @@ def encode(
         example_ids=ids_t,
         padding_side=side,
         meta={"truncated": truncated},
+        role_table=table,
     )

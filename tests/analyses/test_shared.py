@@ -27,11 +27,10 @@ def test_key_columns_mark_roles_first_key_and_sink_per_example():
     valid = event.layout.k.valid
     for b in range(2):
         for k in range(6):
-            want = torch.zeros(S.NUM_COLUMNS)
+            want = torch.zeros(NUM_ROLES)
             if valid[b, k]:
                 want[int(roles[b, k])] = 1.0
-            cols_bk = cols[b, k]
-            assert torch.equal(cols_bk[:NUM_ROLES], want[:NUM_ROLES]), (b, k)
+            assert torch.equal(cols[b, k, S.ROLE_COLUMNS], want), (b, k)
     first = [int(valid[b].nonzero()[0]) for b in range(2)]
     assert [int(cols[b, :, S.FIRST_KEY].argmax()) for b in range(2)] == first == [0, 2]
     assert int(cols[1, :, S.SINK_KEY].argmax()) == 3 and float(cols[1, :, S.SINK_KEY].sum()) == 1.0
@@ -43,7 +42,8 @@ def test_column_mass_and_plogp_are_sums_over_each_columns_keys():
     cols = S.key_columns(_fresh(event))
     mass = S.column_mass(_fresh(event))
     plogp = S.column_plogp(_fresh(event))  # no logits on this event: the xlogy route
-    for c in range(S.NUM_COLUMNS):
+    assert cols.shape[-1] == S.num_columns(NUM_ROLES)
+    for c in range(S.num_columns(NUM_ROLES)):
         keys = cols[:, None, None, :, c]  # [B, 1, 1, K]
         torch.testing.assert_close(mass[..., c], (p * keys).sum(-1))
     assert plogp.shape[-1] == 2

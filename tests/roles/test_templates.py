@@ -8,7 +8,6 @@ from anchorlens.roles import (
     RAW_TEMPLATE,
     Field,
     Literal,
-    Role,
     Span,
     Template,
     TemplateError,
@@ -61,11 +60,11 @@ def test_render_spans_roles_and_fields():
     assert r.text == "premise: A dog ran.\nhypothesis: It moved.\nanswer:"
     _assert_tiles(r)
     assert r.spans == (
-        Span(0, 9, Role.STRUCTURAL, "premise:"),
-        Span(9, 19, Role.CONTENT, "premise"),
-        Span(19, 32, Role.STRUCTURAL, "hypothesis:"),
-        Span(32, 41, Role.CONTENT, "hypothesis"),
-        Span(41, 49, Role.STRUCTURAL, "answer:"),
+        Span(0, 9, "structural", "premise:"),
+        Span(9, 19, "content", "premise", True),
+        Span(19, 32, "structural", "hypothesis:"),
+        Span(32, 41, "content", "hypothesis", True),
+        Span(41, 49, "structural", "answer:"),
     )
     assert r.field_text("premise") == "A dog ran."
     with pytest.raises(KeyError):
@@ -100,7 +99,7 @@ def test_dotted_fields_reach_nested_and_flat_rows():
     nested = t.render({"text": "He sat.", "target": {"span1_text": "He"}})
     flat = t.render({"text": "He sat.", "target.span1_text": "He"})
     assert nested == flat
-    assert nested.spans[-1] == Span(21, 23, Role.CONTENT, "target.span1_text")
+    assert nested.spans[-1] == Span(21, 23, "content", "target.span1_text", True)
     with pytest.raises(TemplateError):
         t.render({"text": "x", "target": {"span2_text": "it"}})
 
@@ -108,7 +107,7 @@ def test_dotted_fields_reach_nested_and_flat_rows():
 def test_raw_template_is_all_content():
     r = RAW_TEMPLATE.render({"text": "just text."})
     assert r.text == "just text."
-    assert r.spans == (Span(0, 10, Role.CONTENT, "text"),)
+    assert r.spans == (Span(0, 10, "content", "text", True),)
     assert RAW_TEMPLATE.fields == ("text",)
 
 

@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from anchorlens.models.tiny_tokenizers import tiny_tokenizer
 from anchorlens.roles import Encoded, Literal, Role, Template, encode, token_role
+from anchorlens.roles.scheme import RoleScheme
 from anchorlens.tasks import bundled_examples, get_task
 
 S, T, C = Role.SPECIAL, Role.STRUCTURAL, Role.CONTENT
@@ -179,9 +180,9 @@ def test_whitespace_of_content_does_not_make_a_template_word_content():
 
 def test_zero_width_token_takes_the_role_of_its_position():
     rendered = RTE.render({"premise": "A.", "hypothesis": "B."})
-    assert token_role(rendered, 9, 9) == (C, "premise")
-    assert token_role(rendered, 8, 8) == (T, "premise:")
-    assert token_role(rendered, len(rendered.text), len(rendered.text)) == (T, "answer:")
+    assert token_role(rendered, 9, 9) == ("content", "premise")
+    assert token_role(rendered, 8, 8) == ("structural", "premise:")
+    assert token_role(rendered, len(rendered.text), len(rendered.text)) == ("structural", "answer:")
 
 
 # --- padding -----------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def test_batch_tensors_and_defaults():
 
 def test_without_special_tokens_nothing_is_special():
     rendered = [RTE.render(e) for e in bundled_examples("rte")[:1]]
-    rows = _rows(encode(rendered, tiny_tokenizer("bert"), add_special_tokens=False))
+    rows = _rows(encode(rendered, tiny_tokenizer("bert"), scheme=RoleScheme(add_special_tokens=False)))
     assert rows[0] == ("premise", T, "premise:") and all(r != S for _, r, _ in rows)
 
 
