@@ -59,7 +59,7 @@ class JinjaTemplate:
         fields: list[str | None] = []
         for expr in _expressions(tokens):
             names = meta.find_undeclared_variables(env.parse("{{ " + expr + " }}"))
-            order = sorted(names, key=lambda n: (m.start() if (m := re.search(rf"\b{re.escape(n)}\b", expr)) else 0))
+            order = sorted(names, key=lambda n: m.start() if (m := re.search(rf"\b{re.escape(n)}\b", expr)) else 0)
             fields.append(order[0] if order else None)
         return cls(name, source, tuple(fields))
 
@@ -129,7 +129,9 @@ class JinjaTemplate:
         try:
             marked = self._compiled.render(**example)
         except jinja2.UndefinedError as err:
-            raise TemplateError(f"template {self.name!r}: {err.message}; the example has: {', '.join(map(str, example))}") from None
+            raise TemplateError(
+                f"template {self.name!r}: {err.message}; the example has: {', '.join(map(str, example))}"
+            ) from None
         except Exception as err:  # an expression failing on this example's values
             raise TemplateError(f"template {self.name!r}: {type(err).__name__}: {err}") from None
         return _spans(marked, self._expr_fields)
