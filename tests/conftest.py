@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO.parent / "shared" / "data").resolve()
+
+# HF datasets keeps an Arrow copy of every data file it reads: the tests' copies go to a folder of their own
+# (subprocesses inherit it), not the user's datasets cache
+if "HF_DATASETS_CACHE" not in os.environ:
+    _DATASETS_CACHE = tempfile.mkdtemp(prefix="anchorlens-test-datasets-")
+    os.environ["HF_DATASETS_CACHE"] = _DATASETS_CACHE
+    atexit.register(shutil.rmtree, _DATASETS_CACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,9 @@ from __future__ import annotations
 from importlib import resources
 
 from anchorlens.errors import UsageError
-from anchorlens.tasks.jsonl import load_examples
-from anchorlens.tasks.registry import Row, Task, get_task
+from anchorlens.tasks.examples import Examples, load_examples
+from anchorlens.tasks.registry import get_task
+from anchorlens.tasks.task import Task
 
 _PACKAGE = "anchorlens.tasks"
 _FOLDER = "examples"
@@ -18,7 +19,7 @@ def bundled_tasks() -> tuple[str, ...]:
     return tuple(sorted(p.name[: -len(".jsonl")] for p in folder.iterdir() if p.name.endswith(".jsonl")))
 
 
-def bundled_examples(task: str | Task, limit: int | None = None) -> list[Row]:
+def bundled_examples(task: str | Task, limit: int | None = None) -> Examples:
     """The bundled labelled examples of ``task``; UsageError (a ValueError) when the task has none."""
     task = get_task(task)
     if task.name not in bundled_tasks():

@@ -1,9 +1,10 @@
-"""Read SuperGLUE / FewGLUE jsonl files into flat, validated example dicts: the one data reader.
+"""JSON Lines diagnostics and the validation of one example: the precise ``FILE:LINE`` of a problem.
 
-Every problem is one line naming ``FILE:LINE`` (or the file, when it cannot be read at all):
-bytes that are not UTF-8, a line that is not JSON, a row that is not an object, a text field that
-is a list or an object, a label outside the task's labels, and (when labels are required) the
-first unlabelled example.
+Files are read by HF ``datasets`` (:mod:`anchorlens.tasks.sources`); when its reader fails on a jsonl file,
+:func:`scan_json_lines` reads the file line by line to say exactly where and why: bytes that are not UTF-8,
+a line that is not JSON, a row that is not an object, a field whose type changes between rows.
+:func:`check_example` validates one example's text fields and label, for the rows that are checked one by one
+(nested rows expanded into examples).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from anchorlens.atomic import os_errors
-from anchorlens.errors import DataError, UsageError
-from anchorlens.tasks.registry import Row, RowError, Task, get_task
+from anchorlens.errors import DataError
+from anchorlens.tasks.explode import Row
+from anchorlens.tasks.task import Task
 
 BOM = b"\xef\xbb\xbf"
 
@@ -67,67 +69,85 @@ def _type_name(value: Any) -> str:
 
 
 def check_example(example: Row, task: Task, where: str) -> Row:
-    """Validate the text fields and the label of one flat example; add ``label`` and ``labelled``."""
+    """Validate the text fields and the label of one flat example; set ``label`` (from the task's label field) and
+    ``labelled``."""
     for field in task.fields:
         value = example.get(field)
         if value is None and any(key.startswith(f"{field}.") for key in example):  # an object, flattened
+            if not task.template.needs_scalars:
+                continue
             raise DataError(f"{where}: field {field!r} must be a string or number, got an object")
         if value is None:
             raise DataError(f"{where}: missing field {field!r} for task {task.name}")
+        if not task.template.needs_scalars:
+            continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise DataError(f"{where}: field {field!r} must be a string or number, got {_type_name(value)}")
         if isinstance(value, float) and not math.isfinite(value):
             raise DataError(f"{where}: field {field!r} must be a finite number, got {value}")
-    label = example.get("label")
+    try:
+        label = task.example_label(example)
+    except ValueError as err:
+        raise DataError(f"{where}: {err}") from None
     example["label"] = label
-    if label is not None:
+    if label is not None and task.has_labels:
         try:
             task.label_index(label)
         except ValueError:
             raise DataError(f"{where}: label {label!r} is not one of {task.labels!r} for task {task.name}") from None
-    example["labelled"] = label is not None
+    example["labelled"] = label is not None and task.has_labels
     return example
 
 
-def load_examples(
-    path: str | Path, task: str | Task, limit: int | None = None, *, require_labels: bool = False
-) -> list[Row]:
-    """Load up to ``limit`` examples of ``task`` from a jsonl file.
+def _json_type(value: Any) -> str:
+    """The JSON type of a value, numbers as one type."""
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", dict: "object", list: "list", type(None): "null"}.get(type(value), type(value).__name__)
 
-    Each example is the row flattened (dotted keys for nested objects; MultiRC expanded to one
-    example per answer) plus ``idx`` (its 0-based position when the row has none), ``label``
-    (None for unlabelled rows) and ``labelled`` (bool). Raises DataError, one line with
-    ``file:line:``; ``require_labels`` makes a missing label an error too (evaluation and
-    training need labels; capture does not).
+
+def scan_json_lines(path: Path) -> str | None:
+    """The first problem of a JSON Lines (or one JSON array) file as one line ``FILE:LINE: ...``; None when none
+    is found.
+
+    A file whose first non-blank byte is ``[`` is one JSON document (an array of objects).
     """
-    task = get_task(task)
-    path = Path(path)
-    if limit is not None and limit < 1:
-        raise UsageError(f"the number of examples must be at least 1, got {limit}")
-    examples: list[Row] = []
-    for lineno, raw in read_lines(path):
-        where = f"{path}:{lineno}"
-        row = _parse(_decode(raw, where), where)
+    first = next(read_lines(path), None)
+    if first is not None and first[1].lstrip().startswith(b"["):
+        with os_errors(path, "cannot read data file"):
+            text = _decode(path.read_bytes().removeprefix(BOM), str(path))
         try:
-            flat = task.expand(row)
-        except RowError as err:
-            raise DataError(f"{where}: {err}") from None
-        for example in flat:
-            example.setdefault("idx", len(examples))
-            check_example(example, task, where)
-            if require_labels and not example["labelled"]:
-                raise DataError(
-                    f"{where}: missing field 'label' for task {task.name}; "
-                    "evaluation and training need labelled examples (use a labelled split)"
-                )
-            examples.append(example)
-            if limit is not None and len(examples) >= limit:
-                return examples
-    if not examples:
-        raise DataError(f"{path}: no examples (the file is empty)")
-    return examples
+            rows = json.loads(text, parse_constant=_reject_constant)
+        except (json.JSONDecodeError, ValueError) as err:
+            return f"{path}: not valid JSON ({err})"
+        bad = next((i for i, r in enumerate(rows) if not isinstance(r, dict)), None)
+        return None if bad is None else f"{path}: element {bad} of the array is not a JSON object"
+    types: dict[str, tuple[str, int]] = {}
+    try:
+        for lineno, raw in read_lines(path):
+            where = f"{path}:{lineno}"
+            row = _parse(_decode(raw, where), where)
+            for key, value in row.items():
+                kind = _json_type(value)
+                if kind == "null":
+                    continue
+                seen = types.setdefault(key, (kind, lineno))
+                if seen[0] != kind:
+                    return (
+                        f"{where}: field {key!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} here but "
+                        f"{'an' if seen[0][0] in 'aeiou' else 'a'} {seen[0]} on line {seen[1]}; "
+                        "give a field one type in every row"
+                    )
+    except DataError as err:
+        return str(err)
+    return None
 
 
-def count_unlabelled(examples: list[dict[str, Any]]) -> int:
-    """Number of examples without a label."""
-    return sum(1 for ex in examples if not ex.get("labelled", ex.get("label") is not None))
+def line_of_row(path: Path, row: int) -> int:
+    """The 1-based line of the ``row``-th (0-based) non-blank line of a text file."""
+    for i, (lineno, _raw) in enumerate(read_lines(path)):
+        if i == row:
+            return lineno
+    return row + 1

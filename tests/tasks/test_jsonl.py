@@ -86,14 +86,16 @@ def test_empty_and_missing_files(tmp_path):
     empty = _write(tmp_path, ["", "  "])
     assert _error(empty) == f"{empty}: no examples (the file is empty)"
     missing = tmp_path / "nope.jsonl"
-    assert _error(missing) == f"cannot read data file {missing}: no such file or directory"
+    assert _error(missing) == f"cannot read --data {missing}: no such file or directory"
 
 
 def test_unreadable_paths_are_one_line_naming_the_path(tmp_path):
     """A directory, or a path under a regular file (what root sees instead of 'permission denied')."""
-    assert _error(tmp_path) == f"cannot read data file {tmp_path}: is a directory"
+    assert _error(tmp_path).startswith(
+        f"cannot read --data {tmp_path}: is a directory, not a dataset written by datasets.save_to_disk"
+    )
     under_file = _write(tmp_path, [_row()]) / "x.jsonl"
-    assert _error(under_file) == f"cannot read data file {under_file}: a parent is a file, not a directory"
+    assert _error(under_file) == f"cannot read --data {under_file}: a parent is a file, not a directory"
 
 
 def test_invalid_utf8_names_file_line_byte_and_column(tmp_path):
@@ -144,7 +146,7 @@ def test_nested_wsc_fields_are_flattened(tmp_path):
     assert ex["target.span1_text"] == "Tom" and ex["target.span1_index"] == 0
     assert get_task("wsc").template.render(ex).text.endswith("span2: it\nanswer:")
     bad = _write(tmp_path, [json.dumps({"text": "x", "target": {"span1_text": "x"}, "label": True})], "bad.jsonl")
-    assert _error(bad, "wsc") == f"{bad}:1: missing field 'target.span2_text' for task wsc"
+    assert _error(bad, "wsc").startswith(f"{bad}:1: missing field 'target.span2_text' for task wsc")
 
 
 def test_multirc_rows_flatten_to_answers(tmp_path):

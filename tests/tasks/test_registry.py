@@ -1,4 +1,4 @@
-"""Task registry: the seven SuperGLUE tasks, lookups, labels and bundled examples."""
+"""Task registry: the seven SuperGLUE tasks and plain text as shipped task files, lookups, labels, bundled examples."""
 
 from __future__ import annotations
 
@@ -6,14 +6,13 @@ from collections import Counter
 
 import pytest
 
-from anchorlens.roles import Literal, Role, Template
+from anchorlens.roles import Literal, Template
 from anchorlens.tasks import (
     TASKS,
     RowError,
     Task,
     bundled_examples,
     bundled_tasks,
-    expand_multirc,
     flatten_row,
     get_task,
 )
@@ -29,9 +28,15 @@ SYNTHETIC = {
 }
 
 
-def test_all_seven_superglue_tasks():
-    assert set(TASKS) == {"rte", "cb", "boolq", "copa", "wic", "wsc", "multirc"}
-    for name, task in TASKS.items():
+SUPERGLUE = ("rte", "cb", "boolq", "copa", "wic", "wsc", "multirc")
+
+
+def test_all_seven_superglue_tasks_and_plain_text():
+    assert tuple(TASKS) == (*SUPERGLUE, "text")
+    assert TASKS["text"].kind == "text" and not TASKS["text"].has_labels and TASKS["text"].roles == ("newline", "punct")
+    for name in SUPERGLUE:
+        task = TASKS[name]
+        assert task.source == f"builtin:{name}" and len(task.digest) == 64
         assert task.name == name and task.description
         assert set(task.template.fields) == set(task.fields)
         assert len(task.labels) == len(task.verbalizers) == task.num_labels >= 2
@@ -76,11 +81,13 @@ def test_label_index_is_type_strict():
 def test_templates_use_field_names_as_structural_words():
     assert get_task("rte").template.spec == "premise: {premise}\nhypothesis: {hypothesis}\nanswer:"
     for name, task in TASKS.items():
+        if name == "text":
+            continue
         r = task.template.render(SYNTHETIC[name])
         assert r.text.rstrip().endswith(":")
-        structural = [s.field for s in r.spans if s.role == Role.STRUCTURAL]
+        structural = [s.field for s in r.spans if s.role == "structural"]
         assert structural[0].endswith(":")
-        content = [s.field for s in r.spans if s.role == Role.CONTENT]
+        content = [s.field for s in r.spans if s.role == "content"]
         assert content == list(task.template.fields)
     names = [seg.name for seg in TASKS["copa"].template.segments if isinstance(seg, Literal)]
     assert names == ["premise:", "question:", "choice1:", "choice2:", "answer:"]
@@ -114,6 +121,7 @@ def test_expand_multirc_one_example_per_answer():
             ],
         },
     }
+    expand_multirc = TASKS["multirc"].expand  # declared in multirc.toml's [explode], not written in code
     out = expand_multirc(row)
     assert [(e["question"], e["answer"], e["idx"], e["group"], e.get("label")) for e in out] == [
         ("Q1?", "a", 100, 10, 1),
@@ -125,6 +133,15 @@ def test_expand_multirc_one_example_per_answer():
     assert expand_multirc(flat) == [flat]
     with pytest.raises(RowError, match="'passage.questions'"):
         expand_multirc({"passage": {"text": "p"}})
+    with pytest.raises(RowError, match=r"'passage.questions\[\].answers\[\].text'"):
+        expand_multirc({"passage": {"text": "p", "questions": [{"question": "q", "answers": [{"idx": 1}]}]}})
+    missing_ids = {
+        "passage": {"text": "p", "questions": [{"question": "q", "answers": [{"text": "a"}, {"text": "b"}]}]}
+    }
+    assert [(e["idx"], e["group"], e["passage_idx"]) for e in expand_multirc(missing_ids)] == [
+        (0, 0, None),
+        (1, 0, None),
+    ]
 
 
 def test_bundled_examples_are_balanced_short_and_labelled():

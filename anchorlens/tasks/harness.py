@@ -1,0 +1,292 @@
+"""lm-evaluation-harness task files (YAML) read as anchorlens tasks, without installing the harness.
+
+Read: ``task``, ``dataset_path``/``dataset_name`` and the ``*_split`` keys (the task's default data, a hub
+dataset from the local HF cache: ``hf:PATH:NAME@SPLIT``, the validation split first), ``doc_to_text`` (Jinja:
+literal text structural, each ``{{ expression }}`` content tagged with the field it reads; a bare field name
+reads that field), ``doc_to_target`` (a field, an index, or Jinja giving the answer's index or text),
+``doc_to_choice`` (a list, or Jinja giving one: the choices, each preceded by ``target_delimiter``, become the
+verbalizers), ``description`` (structural text before the demonstrations and the query), ``num_fewshot``, ``fewshot_split``, ``target_delimiter``
+and ``fewshot_delimiter``, and ``include`` (a base file beside this one, overridden by this one's keys).
+Choices that differ per document (``{{ choices.text }}``) are kept for capture and compare; scoring them needs
+fixed choices, so evaluate and train refuse such a task. Entries that need the harness's Python (``!function``,
+``process_docs``, ``process_results``, custom ``class``) are refused in one line naming the entry; keys about
+generation and metrics (``generation_kwargs``, ``metric_list``, ``filter_list``...) are ignored and listed in
+the task's notes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from anchorlens.atomic import os_errors
+from anchorlens.errors import DataError
+from anchorlens.roles.jinja import JinjaTemplate, jinja_environment
+from anchorlens.roles.templates import TemplateError
+from anchorlens.tasks.task import CLASSIFICATION, Task, text_digest
+
+CODE_KEYS = ("process_docs", "process_results", "class", "custom_dataset", "doc_to_image", "doc_to_audio")
+IGNORED_KEYS = (
+    "output_type",
+    "metric_list",
+    "generation_kwargs",
+    "filter_list",
+    "metadata",
+    "tag",
+    "group",
+    "dataset_kwargs",
+    "should_decontaminate",
+    "doc_to_decontamination_query",
+    "repeats",
+    "unsafe_code",
+    "fewshot_config",
+    "gen_prefix",
+)
+KNOWN_KEYS = (
+    "task",
+    "include",
+    "dataset_path",
+    "dataset_name",
+    "training_split",
+    "validation_split",
+    "test_split",
+    "fewshot_split",
+    "doc_to_text",
+    "doc_to_target",
+    "doc_to_choice",
+    "description",
+    "target_delimiter",
+    "fewshot_delimiter",
+    "num_fewshot",
+    *IGNORED_KEYS,
+)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class _Function(str):
+    """The value of a ``!function`` tag (harness Python code): kept only to be refused by name."""
+
+
+def _loader() -> Any:
+    """A safe YAML loader that reads ``!function`` as a marker instead of failing."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def function(loader: Any, node: Any) -> _Function:
+        return _Function(loader.construct_scalar(node))
+
+    Loader.add_constructor("!function", function)
+    return Loader
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    """One YAML mapping; DataError (one line naming the file) otherwise."""
+    import yaml
+
+    with os_errors(path, "cannot read task file"):
+        text = path.read_text(encoding="utf-8-sig")
+    try:
+        data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = f" on line {mark.line + 1}" if mark is not None else ""
+        raise DataError(f"{path}: not valid YAML{line} ({getattr(err, 'problem', None) or err})") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{path}: a harness task file is a YAML mapping of keys (task, doc_to_text, ...)")
+    return data
+
+
+def _with_includes(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], str]:
+    """The file's keys over those of the file it ``include``s (recursively), and the text of all of them."""
+    data = _read_yaml(path)
+    text = path.read_text(encoding="utf-8-sig")
+    include = data.pop("include", None)
+    if include is None:
+        return data, text
+    if isinstance(include, _Function) or not isinstance(include, str):
+        raise DataError(f"{path}: include must name a YAML file beside this one")
+    base = (path.parent / include).resolve()
+    if base in seen or base == path.resolve():
+        raise DataError(f"{path}: include {include} includes itself")
+    if not base.is_file():
+        raise DataError(f"{path}: include {include}: no such file {base}")
+    parent, parent_text = _with_includes(base, (*seen, path.resolve()))
+    return {**parent, **data}, parent_text + "\n" + text
+
+
+def _refuse_code(data: Mapping[str, Any], where: str) -> None:
+    """Entries that need the harness's Python: one line naming the entry."""
+    for key, value in data.items():
+        if isinstance(value, _Function):
+            raise DataError(
+                f"{where}: {key} is `!function {value}` (Python code of the harness); anchorlens reads only Jinja "
+                f"and plain values: write {key} as a Jinja template or preprocess the data"
+            )
+        if key in CODE_KEYS:
+            raise DataError(f"{where}: {key} needs the harness's Python; preprocess the data and drop {key}")
+
+
+def _template_source(doc_to_text: Any, where: str) -> str:
+    """``doc_to_text`` as Jinja (a bare field name reads that field)."""
+    if not isinstance(doc_to_text, str) or not doc_to_text:
+        raise DataError(f"{where}: doc_to_text must be a Jinja template string")
+    if _IDENT.fullmatch(doc_to_text.strip()):
+        return "{{ " + doc_to_text.strip() + " }}"
+    return doc_to_text
+
+
+def _expression(source: Any, where: str, key: str) -> Any:
+    """A compiled Jinja expression for ``{{ expr }}`` or a bare field name; None for a constant."""
+    import jinja2
+
+    if not isinstance(source, str):
+        return None
+    text = source.strip()
+    if text.startswith("{{") and text.endswith("}}") and text.count("{{") == 1:
+        text = text[2:-2].strip()
+    elif "{{" in text or "{%" in text:
+        raise DataError(f"{where}: {key} must be one Jinja expression {{{{ ... }}}} or a field name")
+    try:
+        return jinja_environment().compile_expression(text, undefined_to_none=False)
+    except jinja2.TemplateSyntaxError as err:
+        raise DataError(f"{where}: {key}: Jinja syntax error ({err.message})") from None
+
+
+def _static_choices(value: Any, where: str) -> list[str] | None:
+    """Choices the same for every document (a list, or an expression reading no field), else None."""
+    if isinstance(value, list):
+        return [str(c) for c in value]
+    if isinstance(value, str):
+        from jinja2 import meta
+
+        text = value.strip()
+        body = text[2:-2] if text.startswith("{{") and text.endswith("}}") else text
+        env = jinja_environment()
+        if meta.find_undeclared_variables(env.parse("{{ " + body + " }}")):
+            return None
+        out = env.compile_expression(body)()
+        if isinstance(out, (list, tuple)):
+            return [str(c) for c in out]
+    raise DataError(f"{where}: doc_to_choice must be a list of choices or a Jinja expression giving one")
+
+
+def _label_function(target: Any, choices: list[str], where: str) -> Any:
+    """example -> label index (int) from ``doc_to_target``: an index, a field, or Jinja giving an index or text."""
+    if isinstance(target, bool) or target is None:
+        raise DataError(f"{where}: doc_to_target must be an index, a field name or a Jinja expression")
+    if isinstance(target, int):
+        return lambda _example, i=target: i
+    compiled = _expression(target, where, "doc_to_target")
+
+    def label(example: Mapping[str, Any]) -> Any:
+        try:
+            value = compiled(**example)
+        except Exception as err:  # an undefined field, an expression failing on this document
+            raise ValueError(f"doc_to_target fails on this example ({type(err).__name__}: {err})") from None
+        if value is None:
+            return None
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            value = int(value.strip())
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip()
+        if text in [c.strip() for c in choices]:
+            return [c.strip() for c in choices].index(text)
+        raise ValueError(f"doc_to_target gives {value!r}, not a choice index or one of the choices {choices}")
+
+    return label
+
+
+def _default_data(data: Mapping[str, Any], split_keys: tuple[str, ...]) -> str | None:
+    """``hf:PATH[:NAME]@SPLIT`` for the first split key given."""
+    path = data.get("dataset_path")
+    if not isinstance(path, str):
+        return None
+    name = data.get("dataset_name")
+    split = next((data[k] for k in split_keys if isinstance(data.get(k), str)), None)
+    spec = f"hf:{path}" + (f":{name}" if isinstance(name, str) else "") + (f"@{split}" if split else "")
+    return spec
+
+
+def load_harness_task(path: str | Path) -> Task:
+    """An lm-evaluation-harness YAML task as a :class:`Task` (module docstring); DataError names the file and key."""
+    path = Path(path)
+    where = str(path)
+    data, text = _with_includes(path)
+    _refuse_code(data, where)
+    unknown = sorted(set(data) - set(KNOWN_KEYS))
+    notes = [f"ignored (generation and metrics are the harness's): {', '.join(k for k in IGNORED_KEYS if k in data)}"]
+    if unknown:
+        notes.append(f"unknown keys ignored: {', '.join(unknown)}")
+    name = data.get("task")
+    if not isinstance(name, str) or not name.strip():
+        raise DataError(f"{where}: missing key 'task' (the task's name)")
+    if "doc_to_text" not in data:
+        raise DataError(f"{where}: missing key 'doc_to_text' (the prompt template)")
+    source = _template_source(data["doc_to_text"], where)
+    description = data.get("description") or ""
+    if not isinstance(description, str):
+        raise DataError(f"{where}: description must be a string")
+    try:
+        template = JinjaTemplate.parse(source, name=name)
+    except TemplateError as err:
+        raise DataError(f"{where}: doc_to_text: {err}") from None
+    if not template.fields:
+        raise DataError(f"{where}: doc_to_text reads no field; write the document's fields as {{{{ field }}}}")
+    delimiter = data.get("target_delimiter", " ")
+    labels: tuple[Any, ...] = ()
+    verbalizers: tuple[str, ...] = ()
+    label_of = None
+    if "doc_to_choice" in data:
+        choices = _static_choices(data["doc_to_choice"], where)
+        if choices is None:
+            notes.append(
+                "doc_to_choice varies per document: capture and compare work; evaluate and train need fixed choices"
+            )
+        else:
+            if len(choices) < 2:
+                raise DataError(f"{where}: doc_to_choice gives {len(choices)} choice(s); a task needs at least 2")
+            labels = tuple(range(len(choices)))
+            verbalizers = tuple(f"{delimiter}{c}" for c in choices)
+            if "doc_to_target" in data:
+                label_of = _label_function(data["doc_to_target"], choices, where)
+    else:
+        notes.append("no doc_to_choice: a task without fixed choices (capture and compare work)")
+    shots = data.get("num_fewshot", 0)
+    if not isinstance(shots, int) or isinstance(shots, bool) or shots < 0:
+        raise DataError(f"{where}: num_fewshot must be a non-negative integer")
+    fewshot_delimiter = data.get("fewshot_delimiter", "\n\n")
+    if not isinstance(delimiter, str) or not isinstance(fewshot_delimiter, str):
+        raise DataError(f"{where}: target_delimiter and fewshot_delimiter must be strings")
+    try:
+        return Task(
+            name=name.strip(),
+            description=f"lm-evaluation-harness task {name.strip()}",
+            fields=template.fields,
+            template=template,
+            labels=labels,
+            verbalizers=verbalizers,
+            metrics=("accuracy",) if labels else (),
+            expand=keep_nested,
+            kind=CLASSIFICATION,
+            shots=shots,
+            fewshot_delimiter=fewshot_delimiter,
+            preamble=description,
+            data=_default_data(data, ("validation_split", "test_split", "training_split")),
+            fewshot_data=_default_data(data, ("fewshot_split", "training_split", "validation_split")),
+            source=str(path.resolve()),
+            digest=text_digest(text),
+            notes=tuple(n for n in notes if not n.endswith(": ")),
+            label_of=label_of,
+        )
+    except ValueError as err:
+        raise DataError(f"{where}: {err}") from None
+
+
+def keep_nested(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One example per row, nested values kept as they are (Jinja expressions read them)."""
+    return [dict(row)]

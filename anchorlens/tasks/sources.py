@@ -1,0 +1,263 @@
+"""Where examples come from: ``--data`` parsed and opened as a memory-mapped HF ``datasets.Dataset``.
+
+Accepted: ``.jsonl``/``.json``, ``.csv``, ``.tsv``, ``.parquet``, ``.txt`` (one document per line, for plain
+text), a directory written by ``datasets.save_to_disk`` (``DIR@SPLIT`` picks a split of a DatasetDict), and
+a hub dataset ``hf:ORG/NAME[:CONFIG][@SPLIT]`` resolved from the local HF cache without the network (its
+commit recorded, like a model hub id's). Files are read by HF ``datasets`` into Arrow files it memory-maps,
+so a million-row parquet file is never read into memory; the converted copy lives in the datasets cache
+(``HF_DATASETS_CACHE``) and is reused while the file is unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from anchorlens.atomic import os_errors
+from anchorlens.errors import DataError, PathError, UsageError
+
+FORMATS: dict[str, str] = {
+    ".jsonl": "json",
+    ".json": "json",
+    ".ndjson": "json",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".txt": "text",
+    ".arrow": "arrow",
+}
+HF_PREFIX = "hf:"
+_HF_ID = re.compile(r"(?P<repo>[\w.-]+(?:/[\w.-]+)?)(?::(?P<config>[\w.-]+))?(?:@(?P<split>[\w.\[\]:%-]+))?")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A parsed ``--data``: a file (``path`` and its ``format``), a saved dataset directory, or a hub dataset."""
+
+    spec: str
+    kind: str  # "file", "saved" or "hub"
+    path: Path | None = None
+    format: str | None = None
+    repo_id: str | None = None
+    config: str | None = None
+    split: str | None = None
+
+    @property
+    def line_numbered(self) -> bool:
+        """Whether rows map to lines of the file (jsonl, txt): errors then say FILE:LINE, else FILE: row N."""
+        return self.kind == "file" and self.format in ("json", "text") and self.path is not None
+
+
+@dataclass
+class OpenedData:
+    """A source opened as a ``datasets.Dataset`` (``table``) and what to record about it (``facts``)."""
+
+    source: DataSource
+    table: Any
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_source(spec: str | Path) -> DataSource:
+    """``--data`` as a :class:`DataSource`; UsageError for an unknown file type or a malformed hub id."""
+    text = str(spec)
+    if text.startswith(HF_PREFIX):
+        match = _HF_ID.fullmatch(text[len(HF_PREFIX) :])
+        if not match:
+            raise UsageError(f"--data {text!r} is not a hub dataset id; write hf:ORG/NAME[:CONFIG][@SPLIT]")
+        return DataSource(text, "hub", repo_id=match["repo"], config=match["config"], split=match["split"])
+    path = Path(text)
+    base, at, split = text.rpartition("@")
+    if at and not path.exists() and Path(base).is_dir():
+        return DataSource(text, "saved", path=Path(base), split=split or None)
+    if path.is_dir():
+        return DataSource(text, "saved", path=path)
+    suffix = path.suffix.lower()
+    if suffix not in FORMATS:
+        known = ", ".join(sorted(FORMATS))
+        raise UsageError(
+            f"--data {text}: unknown file type {suffix or '(none)'!r}; use one of {known}, a saved dataset directory or hf:ORG/NAME"
+        )
+    return DataSource(text, "file", path=path, format=FORMATS[suffix])
+
+
+def _quiet_datasets() -> Any:
+    """Import ``datasets`` with its progress bars and info logs off."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    logging.getLogger("datasets").setLevel(logging.ERROR)
+    return datasets
+
+
+def _one_line(err: BaseException) -> str:
+    """An exception's message on one line, without library boilerplate."""
+    text = " ".join(str(err).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+def _open_file(source: DataSource) -> Any:
+    """A data file through ``datasets.load_dataset`` (its builder for the format); OS errors name the file."""
+    assert source.path is not None and source.format is not None
+    path = source.path
+    with os_errors(path, "cannot read --data"):
+        if path.is_dir():
+            raise IsADirectoryError(21, "Is a directory", str(path))
+        with path.open("rb") as fh:
+            fh.read(1)
+    if source.format in ("json", "csv", "text"):
+        _check_text_file(path, source.format)
+    datasets = _quiet_datasets()
+    kwargs: dict[str, Any] = {}
+    if source.format == "csv" and path.suffix.lower() == ".tsv":
+        kwargs["sep"] = "\t"
+    if source.format == "text":
+        kwargs["sample_by"] = "line"
+    if path.stat().st_size == 0:
+        raise DataError(f"{path}: no examples (the file is empty)")
+    return datasets.load_dataset(source.format, data_files=str(path), split="train", **kwargs)
+
+
+def _check_text_file(path: Path, fmt: str) -> None:
+    """A text data file must be UTF-8 (the readers would keep bad bytes) and hold something; one line naming
+    ``FILE:LINE``, the byte and its column otherwise. Streams the file; costs about one read of it."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    line, line_start, offset, blank = 1, 0, 0, True
+    with os_errors(path, "cannot read --data"), path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            if offset == 0 and chunk.startswith(b"\xef\xbb\xbf"):
+                chunk, offset, line_start = chunk[3:], 3, 3
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                head = chunk[: err.start]
+                line += head.count(b"\n")
+                start = offset + head.rfind(b"\n") + 1 if b"\n" in head else line_start
+                bad = chunk[err.start]
+                column = offset + err.start - start + 1
+                raise DataError(
+                    f"{path}:{line}: not UTF-8 (byte 0x{bad:02x} at column {column}); re-encode the file as UTF-8"
+                ) from None
+            blank = blank and not chunk.strip()
+            newlines = chunk.count(b"\n")
+            if newlines:
+                line += newlines
+                line_start = offset + chunk.rfind(b"\n") + 1
+            offset += len(chunk)
+    if blank:
+        raise DataError(f"{path}: no examples (the file is empty)")
+
+
+def _pick_split(loaded: Any, source: DataSource, where: str) -> Any:
+    """One split of a DatasetDict: the one named, else ``train`` or the only one; UsageError lists the splits."""
+    if not hasattr(loaded, "keys"):
+        if source.split is not None:
+            raise UsageError(f"{where} holds one dataset, not splits; drop @{source.split}")
+        return loaded
+    splits = list(loaded.keys())
+    if source.split is not None:
+        if source.split not in splits:
+            raise UsageError(f"{where} has no split {source.split!r}; splits: {', '.join(splits)}")
+        return loaded[source.split]
+    if len(splits) == 1:
+        return loaded[splits[0]]
+    if "train" in splits:
+        return loaded["train"]
+    raise UsageError(f"{where} has splits {', '.join(splits)}; name one: {source.spec}@{splits[0]}")
+
+
+def _open_saved(source: DataSource) -> Any:
+    """A directory written by ``save_to_disk`` (a Dataset or a DatasetDict)."""
+    assert source.path is not None
+    path = source.path
+    marks = ("dataset_info.json", "state.json", "dataset_dict.json")
+    if not any((path / m).is_file() for m in marks):
+        raise DataError(
+            f"cannot read --data {path}: is a directory, not a dataset written by datasets.save_to_disk "
+            "(no dataset_info.json or dataset_dict.json); pass a data file or the saved dataset's directory"
+        )
+    datasets = _quiet_datasets()
+    with os_errors(path, "cannot read --data"):
+        loaded = datasets.load_from_disk(str(path))
+    return _pick_split(loaded, source, str(path))
+
+
+def _open_hub(source: DataSource) -> tuple[Any, dict[str, Any]]:
+    """A hub dataset from the local HF cache (no network): the snapshot's files, loaded by ``datasets``."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    assert source.repo_id is not None
+    try:
+        folder = Path(snapshot_download(source.repo_id, repo_type="dataset", local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+        raise DataError(
+            f"hub dataset {source.repo_id} is not in the local HF cache ({_hub_cache()}); fetch it once with "
+            f"`hf download {source.repo_id} --repo-type dataset` (anchorlens reads datasets offline)"
+        ) from None
+    datasets = _quiet_datasets()
+    config = source.config
+    kwargs: dict[str, Any] = {}
+    if config is not None:
+        kwargs = {"data_dir": config} if (folder / config).is_dir() else {"name": config}
+    try:
+        loaded = datasets.load_dataset(str(folder), **kwargs)
+    except (ValueError, FileNotFoundError) as err:
+        raise DataError(f"--data {source.spec}: {_one_line(err)}") from None
+    facts = {"repo_id": source.repo_id, "config": config, "revision": folder.name, "path": str(folder)}
+    return _pick_split(loaded, source, source.spec), facts
+
+
+def _hub_cache() -> str:
+    """The HF hub cache huggingface_hub reads now."""
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def open_source(source: DataSource) -> OpenedData:
+    """Open ``source`` as a ``datasets.Dataset``; every failure is one line naming the file and the problem."""
+    facts: dict[str, Any] = {"data": source.spec, "kind": source.kind}
+    try:
+        if source.kind == "hub":
+            table, hub = _open_hub(source)
+            facts.update(hub)
+        elif source.kind == "saved":
+            table = _open_saved(source)
+        else:
+            table = _open_file(source)
+    except (UsageError, PathError):
+        raise
+    except Exception as err:  # the readers' own errors (pyarrow, pandas, json) for a malformed file
+        raise DataError(_describe_failure(source, err)) from None
+    facts["rows"] = int(table.num_rows)
+    facts["split"] = getattr(table, "split", None) and str(table.split)
+    return OpenedData(source, table, facts)
+
+
+def _describe_failure(source: DataSource, err: BaseException) -> str:
+    """One line for a reader's failure: for jsonl the precise ``FILE:LINE`` problem when a scan finds it."""
+    where = source.spec if source.path is None else str(source.path)
+    if source.kind == "file" and source.format == "json" and source.path is not None:
+        from anchorlens.tasks.jsonl import scan_json_lines
+
+        found = scan_json_lines(source.path)
+        if found:
+            return found
+    if source.format == "parquet":
+        return f"{where}: not a parquet file ({_one_line(err)}); check the file or its extension"
+    if source.format == "csv":
+        return f"{where}: not a readable CSV/TSV file ({_one_line(err)})"
+    return f"{where}: cannot read the data ({_one_line(err)})"
+
+
+def datasets_cache() -> str:
+    """The folder HF datasets writes its Arrow copies to."""
+    return os.environ.get("HF_DATASETS_CACHE") or str(Path.home() / ".cache" / "huggingface" / "datasets")

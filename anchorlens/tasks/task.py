@@ -1,0 +1,153 @@
+"""One task: its fields, template, labels and verbalizers, metric, role rules and prompt settings.
+
+Every task is data: the seven SuperGLUE tasks and plain text are task files shipped inside the package
+(``anchorlens/tasks/builtin/*.toml``), read by the same code as a user's file (:mod:`anchorlens.tasks.taskfile`)
+or an lm-evaluation-harness YAML (:mod:`anchorlens.tasks.harness`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from anchorlens.roles.jinja import JinjaTemplate
+from anchorlens.roles.kinds import GUIDANCE_ROLES
+from anchorlens.roles.scheme import TokenRule
+from anchorlens.roles.table import BUILTIN_ROLES, check_role_name
+from anchorlens.roles.templates import Template
+from anchorlens.tasks.explode import Row, expand_plain
+
+METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "f1a", "em")
+CLASSIFICATION = "classification"
+TEXT = "text"
+KINDS: tuple[str, ...] = (CLASSIFICATION, TEXT)
+
+
+def label_text(value: Any) -> str:
+    """The text a label value is written as in a CSV or a task file (``true``, ``0``, ``entailment``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: what an example holds, how it is rendered, and (for classification) its labels.
+
+    fields: the example fields the template reads; labels/verbalizers: label values in the data and the answer
+    text scored for each (empty for a task without labels: capture only); label_field: the data column holding
+    the label; metrics: accuracy, macro_f1, f1a, em (em groups by ``group_field``); expand: row -> examples
+    (nested rows, see :mod:`anchorlens.tasks.explode`); kind: ``classification`` or ``text`` (documents cut
+    into windows); rules: token rules that give roles by token text; chat/system: render through the
+    tokenizer's chat template with an optional system prompt; shots/fewshot_delimiter: demonstrations
+    prepended by default; preamble: structural text before the demonstrations and the query (a harness task's
+    ``description``); data: a default data source and fewshot_data the default source of demonstrations;
+    source: where the task was read from (``builtin:rte`` or a path) and digest: sha256 of that file's text, for
+    manifests; label_of: computes an example's label (a harness task's ``doc_to_target``) instead of reading
+    ``label_field``; notes: what a reader of the task should know (choices that vary per document...).
+    """
+
+    name: str
+    description: str
+    fields: tuple[str, ...]
+    template: Template | JinjaTemplate
+    labels: tuple[Any, ...] = ()
+    verbalizers: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ("accuracy",)
+    group_field: str | None = None
+    expand: Callable[[Mapping[str, Any]], list[Row]] = expand_plain
+    label_field: str = "label"
+    kind: str = CLASSIFICATION
+    rules: tuple[TokenRule, ...] = ()
+    chat: bool = False
+    system: str | None = None
+    shots: int = 0
+    fewshot_delimiter: str = "\n\n"
+    preamble: str = ""
+    data: str | None = None
+    source: str = ""
+    digest: str = ""
+    notes: tuple[str, ...] = field(default=(), compare=False)
+    label_of: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
+    fewshot_data: str | None = None
+
+    def __post_init__(self) -> None:
+        """Check that labels and verbalizers pair up, the template uses only known fields, and roles are sound."""
+        if len(self.labels) != len(self.verbalizers):
+            raise ValueError(f"task {self.name}: {len(self.labels)} labels but {len(self.verbalizers)} verbalizers")
+        extra = set(self.template.fields) - set(self.fields)
+        if extra:
+            raise ValueError(f"task {self.name}: template uses undeclared fields {sorted(extra)}")
+        if self.kind not in KINDS:
+            raise ValueError(f"task {self.name}: kind must be one of {', '.join(KINDS)}, got {self.kind!r}")
+        guidance = {r.label for r in GUIDANCE_ROLES}
+        taken = guidance.intersection(self.template.roles + tuple(r.role for r in self.rules))
+        if taken:
+            raise ValueError(
+                f"task {self.name}: role {sorted(taken)[0]!r} is a guidance role; give the text another role"
+            )
+        for name in self.roles:
+            check_role_name(name)
+
+    @property
+    def num_labels(self) -> int:
+        """Number of classes (0 for a task without labels)."""
+        return len(self.labels)
+
+    @property
+    def has_labels(self) -> bool:
+        """Whether the task scores answers (evaluate and train need it)."""
+        return bool(self.labels) and self.kind == CLASSIFICATION
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles this task's text can have beyond the built-ins: its template's and its rules', in order."""
+        names = [*self.template.roles, *(r.role for r in self.rules)]
+        return tuple(n for n in dict.fromkeys(names) if n not in BUILTIN_ROLES.names)
+
+    def label_index(self, value: Any) -> int:
+        """Position of a label value in ``labels``; ValueError otherwise.
+
+        Values are compared type-strictly (``True`` is not ``1``), except that a string and a value of another
+        type match by text: a CSV cell ``"true"`` or ``"0"`` is the label ``true`` or ``0`` of a task file, and a
+        boolean column matches the string labels ``"true"``/``"false"`` (case-insensitive).
+        """
+        for i, label in enumerate(self.labels):
+            if value == label and isinstance(value, bool) == isinstance(label, bool):
+                return i
+        if isinstance(value, (str, int, float, bool)):
+            text = label_text(value).strip().lower()
+            for i, label in enumerate(self.labels):
+                if isinstance(label, str) != isinstance(value, str) and label_text(label).strip().lower() == text:
+                    return i
+        raise ValueError(f"label {value!r} is not one of {self.labels!r} for task {self.name}")
+
+    def example_label(self, example: Mapping[str, Any]) -> Any:
+        """The label value of an example: its ``label_field``, or what the task computes from it (a harness task's
+        ``doc_to_target``)."""
+        if self.label_of is not None:
+            return self.label_of(example)
+        return example.get(self.label_field)
+
+    def verbalizer(self, value: Any) -> str:
+        """Answer text for a label value."""
+        return self.verbalizers[self.label_index(value)]
+
+    def describe_source(self) -> dict[str, Any]:
+        """``{"name", "source", "sha256", "kind", "roles"}`` for a run's manifest."""
+        return {
+            "name": self.name,
+            "source": self.source,
+            "sha256": self.digest,
+            "kind": self.kind,
+            "roles": list(self.roles),
+        }
+
+
+def text_digest(text: str) -> str:
+    """sha256 of a task file's text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
