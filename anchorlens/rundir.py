@@ -390,7 +390,11 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()[:16]
 
 
-def examples_digest(examples: list[dict]) -> str:
-    """SHA-256 (first 16 hex) of the examples as canonical JSON."""
-    blob = json.dumps(examples, sort_keys=True, default=str).encode()
+def examples_digest(examples: Any) -> str:
+    """SHA-256 (first 16 hex) of the examples: their own ``digest()`` when they have one (examples read from a
+    file: its content and the selection), else the examples as canonical JSON."""
+    own = getattr(examples, "digest", None)
+    if callable(own):
+        return str(own())
+    blob = json.dumps(list(examples), sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

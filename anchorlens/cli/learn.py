@@ -37,7 +37,7 @@ def _check_eval(eval_data: Path | None, data: TruncatedDataOptions) -> None:
     if eval_data is not None:
         from anchorlens.workflows.inputs import resolve_inputs
 
-        resolve_inputs(data.task, input_file(eval_data, "--eval"), need_labels=True)
+        resolve_inputs(data.task, input_file(eval_data, "--eval"), need_labels=True, **data.input_kwargs())
 
 
 @app.command()
@@ -93,6 +93,7 @@ def train(
             patience=patience,
             n=data.n,
             max_length=_max_length(data),
+            **data.input_kwargs(),
             **training.train_kwargs(),
         )
     s = run.summary
@@ -133,6 +134,7 @@ def evaluate(
             force=output.force,
             progress=True,
             allow_other_base=model.allow_other_base,
+            **data.input_kwargs(),
         )
     finally:
         if claim is not None:
@@ -190,6 +192,7 @@ def sweep_instance_cmd(
                 batch_size=batch.size(model.device),
                 max_length=_max_length(data),
                 anchors=True,
+                **data.input_kwargs(),
             )
         facts = {
             "spec": ckpt,
@@ -250,6 +253,7 @@ def sweep_length_cmd(
                 n=data.n,
                 max_length=_max_length(data),
                 progress=False,
+                **data.input_kwargs(),
                 **training.train_kwargs(),
             )
         facts = {

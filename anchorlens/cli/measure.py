@@ -216,6 +216,7 @@ def capture(
         max_length=data.max_length,
         device=model.device,
         allow_other_base=model.allow_other_base,
+        **data.input_kwargs(),
     )
     if is_main():
         typer.echo(f"wrote {path}/metrics.parquet", err=True)

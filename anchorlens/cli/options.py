@@ -34,8 +34,26 @@ from anchorlens.rundir import OutClaim
 
 DEFAULT_BASE = "smollm2-135m"  # models.embedded.EMBEDDED_SPEC, named here so --help needs no torch
 
-Task_ = Annotated[str, typer.Option("--task", help="SuperGLUE task: rte, cb, boolq, copa, wic, wsc, multirc.")]
-Data_ = Annotated[Path | None, typer.Option("--data", help="SuperGLUE jsonl file (default: the bundled examples).")]
+Task_ = Annotated[
+    str,
+    typer.Option(
+        "--task",
+        help="Task: a built-in name (rte, cb, boolq, copa, wic, wsc, multirc, text; `anchorlens tasks` lists them), "
+        "a task file (.toml) or an lm-evaluation-harness task (.yaml).",
+    ),
+]
+Data_ = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        help="Examples: a .jsonl/.json/.csv/.tsv/.parquet/.txt file, a datasets.save_to_disk directory (DIR@SPLIT), "
+        "or a hub dataset hf:ORG/NAME[:CONFIG][@SPLIT] from the local HF cache (default: the bundled examples).",
+    ),
+]
+FieldMap_ = Annotated[
+    list[str] | None,
+    typer.Option("--field-map", help="Rename data columns to task fields: FIELD=COLUMN (repeat, or comma-separate)."),
+]
 N_ = Annotated[
     int | None,
     typer.Option("--n", "--limit", min=1, help="Use the first N examples (--limit under torchrun, which claims --n)."),
@@ -121,27 +139,62 @@ class OwnBaseModelOptions(ModelOptions):
 
 @dataclass(frozen=True)
 class DataOptions:
-    """Which task and examples: the bundled set or a jsonl file, optionally the first N."""
+    """Which task and examples (the bundled set, a file, a saved dataset, a hub dataset), optionally the first N,
+    and how they are prompted: a chat template, a system prompt, few-shot demonstrations."""
 
     task: Task_ = "rte"
     data: Data_ = None
     n: N_ = None
+    field_map: FieldMap_ = None
+    chat: Annotated[
+        bool | None,
+        typer.Option(
+            "--chat/--no-chat",
+            help="Render through the tokenizer's chat template (default: the task file's `chat`).",
+            show_default=False,
+        ),
+    ] = None
+    system: Annotated[str | None, typer.Option("--system", help="System prompt for --chat.")] = None
+    shots: Annotated[
+        int | None, typer.Option("--shots", min=0, help="Few-shot demonstrations per example (default: the task's).")
+    ] = None
+    shots_from: Annotated[
+        str | None,
+        typer.Option("--shots-from", help="Where demonstrations come from (a data file; default: --data itself)."),
+    ] = None
+    shots_seed: Annotated[int, typer.Option("--shots-seed", help="Seed of the demonstrations drawn.")] = 0
 
     def check(self) -> None:
-        """Cheap checks before any heavy import: the data file is a readable file."""
-        if self.data is not None:
-            input_file(self.data, "--data")
+        """Cheap checks before any heavy import: a data file is a readable file (directories and hub ids are
+        checked when read)."""
+        for flag, value in (("--data", self.data), ("--shots-from", self.shots_from)):
+            if value is not None and not str(value).startswith("hf:") and not Path(value).expanduser().is_dir():
+                base, at, _split = str(value).rpartition("@")
+                if not (at and Path(base).expanduser().is_dir()):
+                    input_file(value, flag)
+
+    def prompt(self):
+        """The :class:`~anchorlens.tasks.prompts.PromptOptions` of these flags."""
+        from anchorlens.tasks.prompts import PromptOptions
+
+        return PromptOptions(
+            chat=self.chat, system=self.system, shots=self.shots, shots_from=self.shots_from, seed=self.shots_seed
+        )
+
+    def input_kwargs(self) -> dict[str, Any]:
+        """``field_map`` and ``prompt`` as workflow keywords (with ``task``/``data``/``n`` given separately)."""
+        return {"field_map": self.field_map, "prompt": self.prompt()}
 
     def workflow_kwargs(self) -> dict[str, Any]:
-        """``task``, ``data`` and ``n`` as workflow keywords."""
-        return {"task": self.task, "data": self.data, "n": self.n}
+        """``task``, ``data``, ``n``, ``field_map`` and ``prompt`` as workflow keywords."""
+        return {"task": self.task, "data": self.data, "n": self.n, **self.input_kwargs()}
 
     def read(self, need_labels: bool = False):
         """Read and validate every example now (FILE:LINE errors); ``need_labels`` for evaluate/train."""
         self.check()
         from anchorlens.workflows.inputs import resolve_inputs
 
-        return resolve_inputs(self.task, self.data, self.n, need_labels=need_labels)
+        return resolve_inputs(self.task, self.data, self.n, need_labels=need_labels, **self.input_kwargs())
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from anchorlens.capture.collect import PromptRenderer
 from anchorlens.evaluation.rows import append_tokens, fit_row, join_rows, split_rows, strip_trailing_specials
 from anchorlens.evaluation.verbalizers import Verbalizers
 from anchorlens.models.base import Base
@@ -133,10 +134,13 @@ def scoring_batch(
     verbalizers: Verbalizers,
     example_ids: Sequence[int] | None = None,
     max_length: int | None = DEFAULT_MAX_LENGTH,
+    prompts: PromptRenderer | None = None,
 ) -> ScoringBatch:
-    """Render, encode and shape ``examples`` for label scoring (inputs longer than ``max_length`` lose field tail tokens)."""
-    rendered = [task.template.render(ex) for ex in examples]
-    encoded = base.encode(rendered, example_ids=example_ids)
+    """Render (``prompts``: the task's prompts with chat and demonstrations; default its template), encode and shape
+    ``examples`` for label scoring (inputs longer than ``max_length`` lose field tail tokens)."""
+    renderer: PromptRenderer = task.template if prompts is None else prompts
+    rendered = [renderer.render(ex) for ex in examples]
+    encoded = base.encode(rendered, example_ids=example_ids, scheme=renderer.scheme)
     labels = label_indices(task, examples)
     if base.is_encoder_decoder:
         batch, gold, weight = _seq2seq_batch(base, encoded, verbalizers, max_length)

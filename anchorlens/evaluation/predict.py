@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from anchorlens.capture.collect import PromptRenderer
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, scoring_batch
 from anchorlens.evaluation.model import as_model, model_device
 from anchorlens.evaluation.scoring import label_scores
@@ -38,8 +39,12 @@ def predict(
     batch_size: int = 8,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     progress: bool = False,
+    prompts: PromptRenderer | None = None,
 ) -> pd.DataFrame:
-    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ group, passage_idx)."""
+    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ group, passage_idx).
+
+    ``prompts``: how examples are rendered (chat template, demonstrations); default the task's template.
+    """
     task = get_task(task)
     model = as_model(model)
     base = model.base
@@ -53,7 +58,9 @@ def predict(
     records: list[dict] = []
     for span in spans:
         part = [examples[i] for i in span]
-        batch = scoring_batch(base, task, part, verbalizers, example_ids=list(span), max_length=max_length)
+        batch = scoring_batch(
+            base, task, part, verbalizers, example_ids=list(span), max_length=max_length, prompts=prompts
+        )
         scores = label_scores(model, batch.to(device), verbalizers).cpu()
         for ex, row in zip(part, scores):
             records.append(_record(task, ex, row))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from anchorlens.errors import UsageError
 from anchorlens.tasks import Task
 
 
@@ -48,19 +49,24 @@ def _common_prefix(rows: list[list[int]]) -> list[int]:
 
 
 def verbalizer_ids(tokenizer: Any, task: Task) -> Verbalizers:
-    """Tokenize ``task``'s verbalizers; ValueError when two labels cannot be told apart by one token."""
+    """Tokenize ``task``'s verbalizers; UsageError (naming the task file) when one tokenizes to nothing or two labels
+    cannot be told apart by one token."""
+    if not task.has_labels:
+        raise UsageError(f"task {task.name} has no labels: scoring needs verbalizers (a classification task)")
     words = tuple(task.verbalizers)
+    where = task.source if task.source and not task.source.startswith("builtin:") else f"task {task.name}"
     plain = [list(tokenizer(w, add_special_tokens=False)["input_ids"]) for w in words]
     targets = tuple(tuple(tokenizer(w, add_special_tokens=True)["input_ids"]) for w in words)
-    if any(not ids for ids in plain):
-        raise ValueError(f"task {task.name}: a verbalizer of {words!r} tokenizes to nothing")
+    for w, ids in zip(words, plain):
+        if not ids:
+            raise UsageError(f"{where}: the verbalizer {w!r} tokenizes to nothing; give each label a non-empty answer")
     shared = _common_prefix(plain)
     if any(len(ids) <= len(shared) for ids in plain):
-        raise ValueError(f"task {task.name}: one verbalizer of {words!r} is a token prefix of another")
+        raise UsageError(f"{where}: one verbalizer of {words!r} is a token prefix of another; make them differ")
     choice = tuple(ids[len(shared)] for ids in plain)
     if len(set(choice)) != len(choice):
-        raise ValueError(
-            f"task {task.name}: verbalizers {words!r} share a distinguishing token {choice!r}; "
+        raise UsageError(
+            f"{where}: verbalizers {words!r} share a distinguishing token {choice!r}; "
             "choose answer words that differ in their first token after a common prefix"
         )
     return Verbalizers(words=words, shared=tuple(shared), choice=choice, targets=targets)

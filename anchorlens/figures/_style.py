@@ -78,7 +78,8 @@ def role_name(role: object) -> str:
     if isinstance(role, Role):
         return role.label
     if isinstance(role, (int,)) or (hasattr(role, "__int__") and not isinstance(role, str)):
-        return Role(int(role)).label
+        value = int(role)
+        return Role(value).label if 0 <= value < len(Role) else f"role {value}"  # TODO(merge): names from the maps
     return str(role).strip().lower()
 
 

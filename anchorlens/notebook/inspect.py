@@ -25,20 +25,21 @@ from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.adapters import adapter_for
 from anchorlens.models.base import Base
-from anchorlens.roles.templates import RAW_TEMPLATE, Template
-from anchorlens.tasks import TASKS, get_task
+from anchorlens.tasks import TASKS, Task, get_task
+from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
 
 STATIC_DPI = 90  # the PNG fallback of a saved notebook: readable, a few hundred KB at most
 TOP_ANCHORS = 3
+TEXT_TASK = "text"
 
 
-def _template_for(example: Mapping, task: str | None) -> Template:
-    """The task's template, or the first task whose fields the example has."""
+def _task_for(example: Mapping, task: str | Task | None) -> Task:
+    """The task named (a built-in name, a task file, a Task), or the first built-in whose fields the example has."""
     if task is not None:
-        return get_task(task).template
+        return get_task(task)
     for spec in TASKS.values():
         if all(f in example for f in spec.fields):
-            return spec.template
+            return spec
     raise UsageError(f"no task template has the fields {sorted(example)}; pass task=... or a plain string")
 
 
@@ -92,7 +93,7 @@ class Inspection:
 
     model: Any
     example: dict
-    template: Template
+    prompts: Prompts
     maps: AttentionMaps
     selection: Selection
     checkpoint: str = "model"
@@ -112,8 +113,8 @@ class Inspection:
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
-        reducers = default_reducers(self.model.entropy_anchor() or "capsule")
-        batches = encode_batches(self.model, [self.example], self.template, batch_size=1)
+        reducers = default_reducers(self.model.entropy_anchor() or "capsule", roles=self.prompts.roles)
+        batches = encode_batches(self.model, [self.example], self.prompts, batch_size=1)
         stream_statistics(self.model, batches, reducers, self.selection)
         df = metrics_frame(reducers, anchors=self.model.anchors())
         return df if per_head else average_heads(df)
@@ -138,7 +139,8 @@ class Inspection:
         sm = self.maps[stack]
         anchors = ", ".join(f"#{p} {t!r} {v:.3f}" for p, t, v in self.top_anchors())
         return (
-            f"Inspection of {self.checkpoint} (template {self.template.name}, {stack} stack)\n"
+            f"Inspection of {self.checkpoint} (task {self.prompts.task.name}, {stack} stack)\n"
+            f"  roles: {', '.join(self.prompts.roles.names)}\n"
             f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
             f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
             f"  top anchors (mean attention received): {anchors}\n"
@@ -163,7 +165,7 @@ class Inspection:
         png = self.static_png()
         html = widget_html(
             self.maps[stack],
-            title=f"{self.checkpoint} · {stack} attention · template {self.template.name}",
+            title=f"{self.checkpoint} · {stack} attention · task {self.prompts.task.name}",
             fallback_png=png,
         )
         return {"text/html": html, "image/png": png, "text/plain": self.summary()}
@@ -174,23 +176,30 @@ def inspect(
     text_or_example: str | Mapping,
     *,
     tokenizer: Any = None,
-    task: str | None = None,
+    task: str | Task | None = None,
     base: str | Base = "smollm2-135m",
     layers: tuple[int, ...] | None = None,
     heads: tuple[int, ...] | None = None,
     name: str | None = None,
+    chat: bool | None = None,
+    system: str | None = None,
 ) -> Inspection:
     """Capture full maps of one input (a string, or a task example dict) through a model.
 
     ``model_or_spec``: a spec string (loaded on ``base``), a ``Base``/``GuidedModel``, a transformers model
-    or a PEFT prompt-learning model (both with ``tokenizer=``). ``name`` overrides the checkpoint title.
+    or a PEFT prompt-learning model (both with ``tokenizer=``). ``task``: a built-in name, a task file (.toml
+    or harness .yaml) or a Task; a string without one is plain text (the ``text`` task's roles: newline,
+    punct, content). ``chat``/``system``: render through the tokenizer's chat template. ``name`` overrides
+    the checkpoint title.
     """
     model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     if isinstance(text_or_example, str):
-        example, template = {"text": text_or_example}, RAW_TEMPLATE if task is None else get_task(task).template
+        spec = get_task(TEXT_TASK if task is None else task)
+        example = {(spec.fields[0] if len(spec.fields) == 1 else "text"): text_or_example}
     else:
-        example, template = dict(text_or_example), _template_for(text_or_example, task)
+        example, spec = dict(text_or_example), _task_for(text_or_example, task)
+    prompts = build_prompts(spec, model.base.tokenizer, PromptOptions(chat=chat, system=system, shots=0))
     selection = Selection(layers=layers, heads=heads)
-    batches = encode_batches(model, [example], template, batch_size=1)
+    batches = encode_batches(model, [example], prompts, batch_size=1)
     maps = collect_maps(model, batches, selection, max_examples=1)[0]
-    return Inspection(model, example, template, maps, selection, checkpoint=name or checkpoint)
+    return Inspection(model, example, prompts, maps, selection, checkpoint=name or checkpoint)

@@ -21,8 +21,7 @@ import numpy as np
 import torch
 
 from anchorlens.capture.maps import StackMaps
-from anchorlens.figures._style import MAP_CMAP, ROLE_COLORS, clean_token
-from anchorlens.roles.kinds import Role
+from anchorlens.figures._style import MAP_CMAP, clean_token, role_color
 
 CODE_MAX = 65535
 LOG_FLOOR = 1e-4  # the log scale spans [max * LOG_FLOOR, max]
@@ -124,7 +123,7 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
         "heads": list(maps.heads),
         "q": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
         "k": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
-        "colors": [ROLE_COLORS.get(Role(i).label, "#333") for i in range(len(Role))],
+        "colors": [role_color(name) for name in maps.role_names],
         "lut": _lut(),
         "pad": 8 + 6 * max(len(clean_token(t, mathtext=False)) for t in [*maps.q_tokens, *maps.k_tokens, "x"]),
     }
@@ -135,8 +134,10 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
     heads = "".join(f"<option value='{i}'>head {h}</option>" for i, h in enumerate(maps.heads))
     heads += f"<option value='{n_heads}' selected>mean over heads</option>"
     scales = "".join(f"<option{' selected' if s == 'sqrt' else ''}>{s}</option>" for s in ("linear", "sqrt", "log"))
+    present = sorted({*maps.q_roles.tolist(), *maps.k_roles.tolist()})
     legend = " ".join(
-        f"<span style='color:{ROLE_COLORS.get(r.label, '#333')};font-weight:600'>■ {r.label}</span>" for r in Role
+        f"<span style='color:{role_color(maps.role_names[i])};font-weight:600'>■ {html.escape(maps.role_names[i])}</span>"
+        for i in present
     )
     static = ""
     if fallback_png is not None:

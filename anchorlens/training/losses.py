@@ -8,6 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from anchorlens.capture.collect import PromptRenderer
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, scoring_batch
 from anchorlens.evaluation.model import as_model, model_device
 from anchorlens.evaluation.predict import chunks
@@ -28,14 +29,17 @@ def dataset_loss(
     task: str | Task,
     batch_size: int = 16,
     max_length: int | None = DEFAULT_MAX_LENGTH,
+    prompts: PromptRenderer | None = None,
 ) -> float:
-    """Mean classification loss of ``model`` over labelled ``examples``."""
+    """Mean classification loss of ``model`` over labelled ``examples`` (rendered by ``prompts``, default the
+    task's template)."""
     task, model = get_task(task), as_model(model)
     verbalizers = verbalizer_ids(model.base.tokenizer, task)
     total, count = 0.0, 0
     for span in chunks(len(examples), batch_size):
         part = [examples[i] for i in span]
-        batch = scoring_batch(model.base, task, part, verbalizers, max_length=max_length).to(model_device(model))
+        batch = scoring_batch(model.base, task, part, verbalizers, max_length=max_length, prompts=prompts)
+        batch = batch.to(model_device(model))
         total += float(classification_loss(label_scores(model, batch, verbalizers), batch.labels)) * len(part)
         count += len(part)
     return total / count

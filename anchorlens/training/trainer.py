@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 import torch
 
+from anchorlens.capture.collect import PromptRenderer
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.batches import scoring_batch
 from anchorlens.evaluation.model import model_device
@@ -53,9 +54,12 @@ class Trainer:
         out: str | Path | None = None,
         progress: bool = True,
         checkpoint_meta: dict[str, Any] | None = None,
+        prompts: PromptRenderer | None = None,
     ) -> None:
-        """Prepare optimizer and data order (seeds torch's global RNG); ``out`` (optional) receives ``checkpoints/step-N``."""
+        """Prepare optimizer and data order (seeds torch's global RNG); ``out`` (optional) receives ``checkpoints/step-N``;
+        ``prompts`` renders examples (chat template, demonstrations; default the task's template)."""
         self.guided, self.task, self.config = guided, get_task(task), config
+        self.prompts = prompts
         self.train_examples = list(train_examples)
         self.eval_examples = list(eval_examples or [])
         if not self.train_examples:
@@ -83,7 +87,13 @@ class Trainer:
         idx = self.order.next_batch()
         part = [self.train_examples[i] for i in idx]
         batch = scoring_batch(
-            self.guided.base, self.task, part, self.verbalizers, example_ids=idx, max_length=self.config.max_length
+            self.guided.base,
+            self.task,
+            part,
+            self.verbalizers,
+            example_ids=idx,
+            max_length=self.config.max_length,
+            prompts=self.prompts,
         ).to(self.device)
         scores = label_scores(self.guided, batch, self.verbalizers)
         loss = classification_loss(scores, batch.labels)
@@ -119,6 +129,7 @@ class Trainer:
                 batch_size=self.config.eval_batch_size,
                 max_length=self.config.max_length,
                 progress=progress,
+                prompts=self.prompts,
             )
         finally:
             self.guided.train()

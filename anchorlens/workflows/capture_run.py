@@ -16,6 +16,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,6 +30,7 @@ from anchorlens.methods.spec import load_guided
 from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
+from anchorlens.tasks.prompts import PromptOptions, Prompts
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 
 METRICS_FILE = "metrics.parquet"
@@ -86,6 +88,8 @@ def run_identity(
     reducers: Sequence,
     anchors: Sequence[str],
     *,
+    prompts: Prompts,
+    rows: Sequence,
     batch_size: int,
     chunk_size: int,
     max_length: int | None,
@@ -100,8 +104,10 @@ def run_identity(
         "base_fingerprint": base.fingerprint(),
         "dtype": dtype or "float32",
         "task": inputs.task.name,
+        "task_source": inputs.task.describe_source(),
+        "prompt": prompts.options.describe(),
         "data_digest": examples_digest(inputs.examples),
-        "n_examples": len(inputs.examples),
+        "n_examples": len(rows),
         "selection": dataclasses.asdict(selection),
         "reducers": [{"name": r.name, "options": r.state_options()} for r in reducers],
         "anchors": list(anchors),
@@ -133,7 +139,7 @@ def run_capture(
     ckpt: str,
     base: str,
     task: str,
-    data: Path | None,
+    data: str | Path | None,
     n: int | None,
     selection: Selection,
     batch_size: int,
@@ -142,6 +148,8 @@ def run_capture(
     chunk_size: int = 32,
     progress: bool = True,
     *,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
     max_length: int | None = None,
     dtype: str | None = None,
     seed: int = 0,
@@ -163,7 +171,7 @@ def run_capture(
         info = rt.dist_info()
         out = Path(out).expanduser()
         claim = rt.agree(lambda: claim_capture(out, force) if rt.is_main() else None)
-        inputs = resolve_inputs(task, data, n)
+        inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
         if device is None and rt.device().type == "cuda":
             device = str(rt.device())
         from anchorlens.models.loading import load_base
@@ -174,9 +182,11 @@ def run_capture(
         base_obj = model.base
         anchors = model.anchors()
         entropy_anchor = model.entropy_anchor() or "capsule"
+        prompts = inputs.prompts(base_obj.tokenizer, max_length)
+        rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
 
         def make_reducers() -> list:
-            return default_reducers(entropy_anchor)
+            return default_reducers(entropy_anchor, roles=prompts.roles)
 
         key, facts = run_identity(
             ckpt,
@@ -186,6 +196,8 @@ def run_capture(
             selection,
             make_reducers(),
             anchors,
+            prompts=prompts,
+            rows=rows,
             batch_size=batch_size,
             chunk_size=chunk_size,
             max_length=max_length,
@@ -196,6 +208,8 @@ def run_capture(
             **facts,
             "run_key": key,
             "data": inputs.source,
+            "data_facts": dict(inputs.data_facts),
+            "roles": prompts.roles.to_json(),
             "world_size": info.world_size,
             "launcher": info.launcher,
         }
@@ -203,14 +217,13 @@ def run_capture(
         rt.barrier()
         store = store or Progress(out, key)
 
-        chunks = list(enumerate(chunk_indices(len(inputs.examples), chunk_size)))
+        chunks = list(enumerate(chunk_indices(len(rows), chunk_size)))
         mine = rt.shard(chunks, info.rank, info.world_size)
-        template = inputs.task.template
 
         def compute(ids, reducers) -> None:
-            examples = [inputs.examples[i] for i in ids]
+            examples = [rows[i] for i in ids]
             batches = encode_batches(
-                model, examples, template, batch_size=batch_size, example_ids=ids, max_length=max_length
+                model, examples, prompts, batch_size=batch_size, example_ids=ids, max_length=max_length
             )
             stream_statistics(model, batches, reducers, selection)
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from anchorlens.analyses import average_heads, compare_frames, headline_table
 from anchorlens.analyses.frames import concat_frames
 from anchorlens.analyses.headline import HEADLINE, anchor_metrics
-from anchorlens.capture.collect import collect_maps, encode_batches
+from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
+from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.statistics import capture_statistics
 
@@ -74,33 +76,42 @@ def compare(
     progress: bool = False,
     n_boot: int = 2000,
     allow_other_base: bool = False,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
+    max_length: int | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
-    ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``).
+    ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``);
+    ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot) of the inputs;
+    ``max_length``: a text task's window (and every input's truncation).
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
-    inputs = resolve_inputs(task, data, n)
-    if not 0 <= map_example < len(inputs.examples):
-        raise UsageError(f"--map-example {map_example} is out of range: {len(inputs.examples)} examples")
+    inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
     shared = load_base(base, dtype=dtype, device=device)
+    prompts = inputs.prompts(shared.tokenizer, max_length)
+    rows = prompts.examples(inputs.examples)
+    if not 0 <= map_example < len(rows):
+        raise UsageError(f"--map-example {map_example} is out of range: {len(rows)} examples")
     models = {
         name: load_guided(spec, shared, allow_other_base=allow_other_base)
         for name, spec in zip(checkpoint_names(ckpts), ckpts)
     }
     for model in models.values():
         check_selection(model, selection)
-        validate_positions(model, inputs, batch_size)
+        validate_positions(model, rows, prompts, batch_size)
     frames, maps, params = {}, {}, {}
     for name, model in models.items():
-        bar = _progress(progress, len(inputs.examples), name)
-        df = capture_statistics(model, inputs, selection=selection, batch_size=batch_size, progress=bar)
+        bar = _progress(progress, len(rows), name)
+        df = capture_statistics(
+            model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar
+        )
         if bar is not None:
             bar.close()
         frames[name] = df
-        one = [inputs.examples[map_example]]
-        batch = encode_batches(model, one, inputs.task.template, batch_size=1, example_ids=[map_example])
+        one = [rows[map_example]]
+        batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
     names = list(models)
@@ -116,8 +127,10 @@ def compare(
         "trainable_parameters": params,
         "task": inputs.task.name,
         "source": inputs.source,
-        "examples": len(inputs.examples),
+        "examples": len(rows),
         "map_example": map_example,
+        "roles": prompts.roles.to_json(),
+        **inputs.facts(),
     }
     other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
     if other:
@@ -134,11 +147,11 @@ def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.D
     return pd.concat([per_head, layer_mean], ignore_index=True)
 
 
-def validate_positions(model, inputs: Inputs, batch_size: int) -> None:
+def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, batch_size: int) -> None:
     """Plan every batch's inserted positions before any capture, so bad positions fail in seconds."""
     if not hasattr(model, "plan"):
         return
-    for batch in encode_batches(model, inputs.examples, inputs.task.template, batch_size=batch_size):
+    for batch in encode_batches(model, rows, prompts, batch_size=batch_size):
         model.plan(batch)
 
 

@@ -13,6 +13,7 @@ from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
+from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.inputs import resolve_inputs
 
 
@@ -38,17 +39,19 @@ def evaluate(
     force: bool = False,
     progress: bool = False,
     allow_other_base: bool = False,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
 ) -> EvalResult:
     """Predict every example of ``data`` (or the bundled set) and compute the task's metrics; write them to ``out``.
 
-    ``out`` (a path or an :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed.
+    ``out`` (a path or an :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed;
+    ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot).
     """
+    read = _Reading(task, data, n, field_map, prompt)
     if out is None:
-        return _evaluate(spec_or_model, task, data, n, base, batch_size, max_length, progress, allow_other_base)[0]
+        return _evaluate(spec_or_model, read, base, batch_size, max_length, progress, allow_other_base)[0]
     with claimed(out, kind="evaluate", force=force) as claim:
-        result, model, inputs = _evaluate(
-            spec_or_model, task, data, n, base, batch_size, max_length, progress, allow_other_base
-        )
+        result, model, inputs = _evaluate(spec_or_model, read, base, batch_size, max_length, progress, allow_other_base)
         with claim.atomic() as tmp:
             result.predictions.to_csv(tmp / "predictions.csv", index=False)
             write_json(tmp / "metrics.json", result.metrics)
@@ -60,6 +63,7 @@ def evaluate(
                 model=model.config(),
                 task=inputs.task.name,
                 data=inputs.source,
+                **inputs.facts(),
                 batch_size=batch_size,
                 max_length=max_length,
             )
@@ -67,11 +71,20 @@ def evaluate(
     return result
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What to read: the task, data, count, column renames and prompt options."""
+
+    task: Any
+    data: str | Path | None
+    n: int | None
+    field_map: Any
+    prompt: PromptOptions | None
+
+
 def _evaluate(
     spec_or_model: Any,
-    task: str,
-    data: str | Path | None,
-    n: int | None,
+    read: _Reading,
     base: Base | str | None,
     batch_size: int,
     max_length: int | None,
@@ -79,10 +92,18 @@ def _evaluate(
     allow_other_base: bool,
 ) -> tuple[EvalResult, Any, Any]:
     """(result without out, model, inputs)."""
-    inputs = resolve_inputs(task, data, n, need_labels=True)
+    inputs = resolve_inputs(
+        read.task, read.data, read.n, need_labels=True, field_map=read.field_map, prompt=read.prompt
+    )
     model = load_guided(spec_or_model, base, allow_other_base=allow_other_base)
     preds = predict(
-        model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length, progress=progress
+        model,
+        inputs.examples,
+        inputs.task,
+        batch_size=batch_size,
+        max_length=max_length,
+        progress=progress,
+        prompts=inputs.prompts(model.base.tokenizer),
     )
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
     return EvalResult(preds, metrics), model, inputs

@@ -1,38 +1,98 @@
-"""Resolve a task and its examples from the user's options (bundled examples or a jsonl file)."""
+"""Resolve a task, its examples and how they are prompted from the user's options."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from anchorlens.errors import UsageError
-from anchorlens.tasks import Task, bundled_examples, get_task, load_examples
+from anchorlens.tasks import Examples, Task, bundled_examples, bundled_tasks, get_task, load_examples
+from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """The task, its examples and where they came from."""
+    """The task, its examples, where they came from, and how they are prompted.
+
+    ``pool``: the few-shot demonstrations read from ``--shots-from`` (None: drawn from ``examples``);
+    ``data_facts``: what the data source recorded (format, rows, hub commit, field map).
+    """
 
     task: Task
-    examples: list[dict]
+    examples: Sequence[dict]
     source: str
+    prompt: PromptOptions = PromptOptions()
+    pool: Sequence[dict] | None = None
+    pool_source: str = ""
+    data_facts: Mapping[str, Any] = field(default_factory=dict)
+
+    def prompts(self, tokenizer: Any, max_length: int | None = None) -> Prompts:
+        """The prompts of these inputs for ``tokenizer`` (role scheme, chat layout, demonstrations); a text task's
+        windows have ``max_length`` tokens unless the options name a window."""
+        options = self.prompt if self.prompt.window or not max_length else replace(self.prompt, window=max_length)
+        return build_prompts(
+            self.task, tokenizer, options, queries=self.examples, pool=self.pool, pool_source=self.pool_source
+        )
+
+    def facts(self) -> dict[str, Any]:
+        """The task, data and prompt facts a run records in its manifest."""
+        return {
+            "task_source": self.task.describe_source(),
+            "data_facts": {"source": self.source, **dict(self.data_facts)},
+            "prompt": self.prompt.resolved(self.task).describe(),
+        }
+
+
+def _read(task: Task, data: str | Path | None, n: int | None, need_labels: bool, field_map: Any) -> Examples:
+    """Examples of ``task`` from ``data``, the task's own default data, or the bundled set."""
+    source = data if data is not None else task.data
+    if source is None:
+        if field_map:
+            raise UsageError("--field-map renames columns of --data; pass --data FILE too")
+        if task.name not in bundled_tasks():
+            raise UsageError(
+                f"task {task.name} has no bundled examples; pass --data FILE (jsonl, csv, tsv, parquet, txt, "
+                f"a saved dataset or hf:ORG/NAME); bundled: {', '.join(bundled_tasks())}"
+            )
+        return bundled_examples(task, limit=n)
+    return load_examples(source, task, limit=n, require_labels=need_labels, field_map=field_map)
 
 
 def resolve_inputs(
-    task: str | Task = "rte", data: str | Path | None = None, n: int | None = None, *, need_labels: bool = False
+    task: str | Path | Task = "rte",
+    data: str | Path | None = None,
+    n: int | None = None,
+    *,
+    need_labels: bool = False,
+    field_map: str | Sequence[str] | Mapping[str, str] | None = None,
+    prompt: PromptOptions | None = None,
 ) -> Inputs:
-    """Task + up to ``n`` examples from ``data`` (a SuperGLUE jsonl) or the bundled set.
+    """Task + up to ``n`` examples from ``data`` (a file, a saved dataset, ``hf:ORG/NAME``) or the bundled set,
+    with the prompt options (chat, system prompt, few-shot) checked against the task.
 
-    ``need_labels``: every example must be labelled (evaluate, train); the error names FILE:LINE
-    of the first unlabelled one. Every problem is a one-line UsageError.
+    ``need_labels``: every example must be labelled (evaluate, train); the error names the file and line or row
+    of the first unlabelled one. Demonstrations from ``prompt.shots_from`` are read and checked here too. Every
+    problem is a one-line UsageError.
     """
     spec = get_task(task)
     if n is not None and n < 1:
         raise UsageError(f"--n must be at least 1, got {n}")
-    if data is None:
-        examples = bundled_examples(spec, limit=n)
-        source = f"bundled:{spec.name}"
-    else:
-        examples = load_examples(Path(data), spec, limit=n, require_labels=need_labels)
-        source = str(data)
-    return Inputs(spec, examples, source)
+    if need_labels and not spec.has_labels:
+        raise UsageError(
+            f"task {spec.name} has no labels ({spec.kind} task): evaluate and train need a task with labels; "
+            "capture, compare, figures and inspect work on it"
+        )
+    prompt = (prompt or PromptOptions()).resolved(spec)
+    examples = _read(spec, data, n, need_labels, field_map)
+    source = str(data) if data is not None else (spec.data or f"bundled:{spec.name}")
+    pool, pool_source = None, ""
+    shots_from = prompt.shots_from
+    if prompt.shots and shots_from is None and spec.fewshot_data is not None and spec.fewshot_data != source:
+        shots_from = spec.fewshot_data  # a harness task's fewshot_split
+    if prompt.shots and shots_from is not None:
+        pool = load_examples(shots_from, spec, require_labels=True, field_map=field_map)
+        pool_source = str(shots_from)
+    facts = dict(getattr(examples, "facts", {}) or {})
+    return Inputs(spec, examples, source, prompt, pool, pool_source, facts)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -16,6 +17,7 @@ from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.roles.kinds import Role
+from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare import validate_positions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.statistics import capture_statistics
@@ -75,16 +77,20 @@ def sweep_positions(
     dtype: str | None = None,
     device: str | None = None,
     allow_other_base: bool = False,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
 ) -> PositionSweep:
     """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
     positions = parse_positions(positions)
-    inputs = resolve_inputs(task, data, n)
+    inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
     model = load_guided(spec, load_base(base, dtype=dtype, device=device), allow_other_base=allow_other_base)
     check_selection(model, selection)
+    prompts = inputs.prompts(model.base.tokenizer)
+    rows = prompts.examples(inputs.examples)
     anchor = ""
     for position in positions:
         anchor = _move(model, position)
-        validate_positions(model, inputs, batch_size)
+        validate_positions(model, rows, prompts, batch_size)
     frames = []
     for position in positions:
         _move(model, position)
@@ -101,7 +107,9 @@ def sweep_positions(
         "base_provenance": model.base.provenance(),
         "task": inputs.task.name,
         "source": inputs.source,
-        "examples": len(inputs.examples),
+        "examples": len(rows),
+        "roles": prompts.roles.to_json(),
+        **inputs.facts(),
         "anchor_role": anchor,
         "positions": positions,
     }

@@ -29,15 +29,17 @@ def capture_statistics(
     model = load_guided(model)  # a Base becomes GuidedModel(base); a GuidedModel passes
     anchors = tuple(anchors or model.anchors())
     entropy_anchor = model.entropy_anchor() or "capsule"
-    reducers = default_reducers(entropy_anchor)
+    prompts = inputs.prompts(model.base.tokenizer, max_length)
+    rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
+    reducers = default_reducers(entropy_anchor, roles=prompts.roles)
     info = rt.dist_info()
-    ids = list(range(len(inputs.examples)))
+    ids = list(range(len(rows)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
         ids = rt.shard(ids, info.rank, info.world_size)
     batches = encode_batches(
         model,
-        [inputs.examples[i] for i in ids],
-        inputs.task.template,
+        [rows[i] for i in ids],
+        prompts,
         batch_size=batch_size,
         example_ids=ids,
         max_length=max_length,

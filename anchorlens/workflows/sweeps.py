@@ -13,6 +13,7 @@ from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
+from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.train import train
 
@@ -48,6 +49,8 @@ def sweep_instance(
     batch_size: int = 8,
     max_length: int | None = DEFAULT_MAX_LENGTH,
     anchors: bool = False,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
 ) -> pd.DataFrame:
     """Accuracy (with 95% CI) per (k, position) of ``spec + instance:k=K,pos=P``; k=0 is ``spec`` alone.
 
@@ -60,7 +63,7 @@ def sweep_instance(
     Note: decoder models are scored at the last input token, so instance tokens inserted at
     ``last`` (after it) cannot influence the score of a causal model.
     """
-    inputs = resolve_inputs(task, data, n)
+    inputs = resolve_inputs(task, data, n, need_labels=True, field_map=field_map, prompt=prompt)
     shared = _shared_base(base, spec)
     cache: dict[str, dict] = {}
     rows = []
@@ -69,7 +72,14 @@ def sweep_instance(
             full = compose(spec, int(count), pos)
             if full not in cache:
                 model = load_guided(full, shared)
-                preds = predict(model, inputs.examples, inputs.task, batch_size=batch_size, max_length=max_length)
+                preds = predict(
+                    model,
+                    inputs.examples,
+                    inputs.task,
+                    batch_size=batch_size,
+                    max_length=max_length,
+                    prompts=inputs.prompts(model.base.tokenizer),
+                )
                 cache[full] = task_metrics(preds, inputs.task)
                 labelled = preds[preds["label"].notna()] if "label" in preds else preds.iloc[:0]
                 cache[full]["ci"] = bootstrap_ci(labelled["correct"].astype(float).to_numpy())[1:]

@@ -25,6 +25,7 @@ from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, manifest
+from anchorlens.tasks.prompts import PromptOptions, build_prompts
 from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
 from anchorlens.training.checkpointing import latest_checkpoint, save_guidance_atomic
 from anchorlens.workflows.inputs import resolve_inputs
@@ -67,8 +68,13 @@ def train(
     max_length: int | None = DEFAULT_MAX_LENGTH,
     weight_decay: float = 0.0,
     progress: bool = True,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
 ) -> TrainRun:
     """Train ``method_spec``'s guidance (base frozen) on ``task``; eval on ``eval_data`` or a seeded 10% split.
+
+    ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot: demonstrations
+    are drawn from the training examples unless ``prompt.shots_from`` names a file).
 
     ``steps`` wins over ``epochs``; neither means 250 steps. ``out`` None trains in memory only; a path
     (or the command's :class:`~anchorlens.rundir.OutClaim`) is claimed before anything is computed:
@@ -95,6 +101,8 @@ def train(
         max_length=max_length,
         weight_decay=weight_decay,
         progress=progress,
+        field_map=field_map,
+        prompt=prompt,
     )
     if out is None:
         return run(None, False)
@@ -128,11 +136,14 @@ def _train(
     max_length: int | None,
     weight_decay: float,
     progress: bool,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
 ) -> TrainRun:
     """:func:`train` with ``out`` already claimed (or None)."""
-    inputs = resolve_inputs(task, data, n, need_labels=True)
+    inputs = resolve_inputs(task, data, n, need_labels=True, field_map=field_map, prompt=prompt)
     if eval_data is not None:
-        train_ex, eval_ex = inputs.examples, resolve_inputs(task, eval_data, need_labels=True).examples
+        held = resolve_inputs(task, eval_data, need_labels=True, field_map=field_map, prompt=prompt)
+        train_ex, eval_ex = list(inputs.examples), list(held.examples)
     else:
         try:
             train_ex, eval_ex = split_train_eval(inputs.examples, inputs.task, 0.1, seed)
@@ -158,8 +169,16 @@ def _train(
         raise UsageError(str(err)) from None
     spec = method_spec
     guided = load_guided(spec, base, seed=seed)
+    prompts = build_prompts(
+        inputs.task,
+        guided.base.tokenizer,
+        inputs.prompt,
+        queries=train_ex,
+        pool=inputs.pool,
+        pool_source=inputs.pool_source,
+    )
     out_path = None if claim is None else claim.start_in_place()
-    trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress)
+    trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress, prompts=prompts)
     result = trainer.fit(resume=resume and out_path is not None)
     summary = {
         **result.summary,
@@ -179,10 +198,11 @@ def _train(
                 batch_size=config.eval_batch_size,
                 max_length=max_length,
                 progress=progress,
+                prompts=prompts,
             )
         metrics = {"task": inputs.task.name, "split": "eval", **task_metrics(preds, inputs.task)}
     if claim is not None:
-        _write_outputs(claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed)
+        _write_outputs(claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed, prompts)
     return TrainRun(result.guided, summary, history, metrics, out_path)
 
 
@@ -196,6 +216,7 @@ def _write_outputs(
     train_ex: list[dict],
     eval_ex: list[dict],
     seed: int,
+    prompts: Any,
 ) -> None:
     """``final/`` (with the summary as ``training``), history.csv, metrics.json, summary.json, then manifest.json."""
     out = claim.path
@@ -218,6 +239,8 @@ def _write_outputs(
             model=guided.config(),
             task=inputs.task.name,
             data=inputs.source,
+            **inputs.facts(),
+            roles=prompts.roles.to_json(),
             eval_digest=examples_digest(eval_ex),
             latest_checkpoint=str(latest_checkpoint(out)),
         )
