@@ -6,7 +6,7 @@ import warnings
 
 import typer
 
-from anchorlens.cli import learn, measure, reproduce, tasks  # noqa: F401  (commands register on import)
+from anchorlens.cli import flow, learn, measure, reproduce, tasks  # noqa: F401  (commands register on import)
 from anchorlens.cli.app import app
 from anchorlens.cli.options import one_line_warning
 

@@ -124,13 +124,10 @@ class Prompts:
 def role_scheme(task: Task, chat: bool, shots: int, add_special_tokens: bool = True) -> RoleScheme:
     """The role scheme of a task with these prompt options (roles in a fixed order: the task's, then chat's, then
     few-shot's)."""
-    extra: list[str] = list(task.roles)
-    about = {r: f"task {task.name}" for r in task.roles}
-    if chat:
-        extra += [SCAFFOLD, SYSTEM]
-    if shots:
-        extra += [DEMO, DEMO_LABEL]
-    about.update({r: ROLE_SOURCES[r] for r in extra if r in ROLE_SOURCES})
+    added: list[str] = ([SCAFFOLD, SYSTEM] if chat else []) + ([DEMO, DEMO_LABEL] if shots else [])
+    about = {r: ROLE_SOURCES[r] for r in added}
+    about.update({r: f"task {task.name}" for r in task.roles})  # the task's own word wins (its template's scaffold)
+    extra = [*task.roles, *added]
     table = RoleTable.with_roles(extra, about)
     return RoleScheme(table, task.rules, add_special_tokens=add_special_tokens)
 

@@ -245,6 +245,8 @@ def open_source(source: DataSource) -> OpenedData:
 def _describe_failure(source: DataSource, err: BaseException) -> str:
     """One line for a reader's failure: for jsonl the precise ``FILE:LINE`` problem when a scan finds it."""
     where = source.spec if source.path is None else str(source.path)
+    if "corresponds to no data" in str(err):  # the reader produced no row (a CSV with only its header...)
+        return f"{where}: no examples (the file is empty)"
     if source.kind == "file" and source.format == "json" and source.path is not None:
         from anchorlens.tasks.jsonl import scan_json_lines
 

@@ -2,7 +2,7 @@
 
 A document is tokenized once (with offsets, without specials); window w holds tokens ``[w·L', (w+1)·L')`` where
 L' is ``max_length`` less the specials the tokenizer adds (a BOS per window), and its text is the document's
-characters from the first token's start to the last token's end. Windows are examples like any other: rendered
+characters from the end of the previous window to its last token's end (the windows tile the document). Windows are examples like any other: rendered
 (one content span), encoded with the task's token rules. Re-tokenizing a window's text gives back its tokens
 except, rarely, at a merge across the cut; every window is truncated to ``max_length`` all the same. Only the
 (document, start, end) triples are kept; the text is read from the documents when a window is used.
@@ -47,16 +47,21 @@ class Windows(Sequence[Row]):
                 return_attention_mask=False,
             )
             for k, offsets in enumerate(enc["offset_mapping"]):
-                parts.append(self._cut(start + k, offsets))
+                parts.append(self._cut(start + k, offsets, len(str(docs[k][TEXT_FIELD]))))
         self._spans = np.concatenate(parts) if parts else np.zeros((0, 5), dtype=np.int64)
 
-    def _cut(self, document: int, offsets: Sequence[tuple[int, int]]) -> np.ndarray:
-        """[W, 5] int64 rows (document, window, char start, char end, tokens) of one document."""
+    def _cut(self, document: int, offsets: Sequence[tuple[int, int]], length: int) -> np.ndarray:
+        """[W, 5] int64 rows (document, window, char start, char end, tokens) of one document; the windows tile its
+        text (a window starts where the previous one ended, so whitespace a tokenizer's offsets leave out between
+        tokens is kept, and the last one runs to the end)."""
         n = len(offsets)
         rows = []
+        begin = 0
         for w, lo in enumerate(range(0, n, self.per_window)):
             hi = min(n, lo + self.per_window)
-            rows.append((document, w, int(offsets[lo][0]), int(offsets[hi - 1][1]), hi - lo))
+            end = length if hi == n else int(offsets[hi - 1][1])
+            rows.append((document, w, begin, end, hi - lo))
+            begin = end
         return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
 
     def __len__(self) -> int:

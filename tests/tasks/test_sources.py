@@ -1,0 +1,188 @@
+"""--data in the formats people have: jsonl, json, csv, tsv, parquet, txt, save_to_disk directories and hub ids
+from the HF cache, read through HF datasets; --field-map; one-line errors naming the file and the line or row."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from anchorlens.errors import DataError, UsageError
+from anchorlens.tasks import get_task, load_examples, load_task_file, parse_field_map, parse_source
+
+REVIEWS = (
+    'name = "reviews"\ntemplate = "Review: {text}\\nSentiment:"\nlabels = { positive = " good", negative = " bad" }\n'
+)
+ROWS = [{"review_body": f"review number {i}", "stars": "positive" if i % 2 else "negative"} for i in range(6)]
+
+
+@pytest.fixture()
+def reviews(tmp_path):
+    path = tmp_path / "reviews.toml"
+    path.write_text(REVIEWS + 'label_field = "stars"\n')
+    return load_task_file(path)
+
+
+def _write_csv(path: Path, rows: list[dict], sep: str = ",") -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]), delimiter=sep)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _write(tmp_path: Path, fmt: str, rows: list[dict]) -> Path:
+    import pandas as pd
+
+    path = tmp_path / f"data.{fmt}"
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif fmt == "json":
+        path.write_text(json.dumps(rows))
+    elif fmt in ("csv", "tsv"):
+        _write_csv(path, rows, "\t" if fmt == "tsv" else ",")
+    elif fmt == "parquet":
+        pd.DataFrame(rows).to_parquet(path)
+    elif fmt == "saved":
+        from datasets import Dataset
+
+        path = tmp_path / "saved"
+        Dataset.from_list(rows).save_to_disk(str(path))
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "tsv", "parquet", "saved"])
+def test_every_format_gives_the_same_examples(tmp_path, reviews, fmt):
+    path = _write(tmp_path, fmt, ROWS)
+    examples = load_examples(path, reviews, field_map="text=review_body")
+    assert len(examples) == 6
+    assert [(e["text"], e["label"], e["idx"], e["labelled"]) for e in examples] == [
+        (r["review_body"], r["stars"], i, True) for i, r in enumerate(ROWS)
+    ]
+    assert examples.facts["field_map"] == {"text": "review_body"} and examples.facts["rows"] == 6
+    assert len(load_examples(path, reviews, limit=2, field_map={"text": "review_body"})) == 2
+    assert examples.digest() == load_examples(path, reviews, field_map="text=review_body").digest()
+
+
+def test_typed_columns_match_typed_labels(tmp_path):
+    """A CSV's 'true'/'false' cells and a parquet bool column both match BoolQ's boolean labels."""
+    import pandas as pd
+
+    rows = [{"passage": "p", "question": "q", "label": v} for v in (True, False, True)]
+    csv_path = _write_csv(tmp_path / "b.csv", [{**r, "label": str(r["label"]).lower()} for r in rows])
+    pq = tmp_path / "b.parquet"
+    pd.DataFrame(rows).to_parquet(pq)
+    for path in (csv_path, pq):
+        ex = load_examples(path, "boolq")
+        assert [get_task("boolq").label_index(e["label"]) for e in ex] == [0, 1, 0]
+
+
+def test_a_million_row_parquet_is_not_read_into_memory(tmp_path):
+    """The rows stay in a memory-mapped Arrow file: examples are built when read (here 200k rows, 4 used)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 200_000
+    table = pa.table({"text": [f"document {i}" for i in range(n)], "label": ["positive", "negative"] * (n // 2)})
+    path = tmp_path / "big.parquet"
+    pq.write_table(table, path, row_group_size=50_000)
+    task_path = tmp_path / "t.toml"
+    task_path.write_text(REVIEWS)
+    examples = load_examples(path, task_path, limit=4)
+    assert len(examples) == 4 and examples[3]["text"] == "document 3" and examples._rows is None
+    everything = load_examples(path, task_path)
+    assert len(everything) == n and everything[n - 1]["text"] == f"document {n - 1}"
+    assert everything._table.column("text").chunk(0).buffers()[1] is not None  # Arrow buffers, not Python rows
+
+
+def test_csv_missing_value_at_row_1207_names_the_row(tmp_path, reviews):
+    rows = [{"review_body": f"r{i}", "stars": "positive"} for i in range(1500)]
+    rows[1206]["review_body"] = ""  # row 1,207 (1-based): an empty cell
+    path = _write_csv(tmp_path / "reviews.csv", rows)
+    with pytest.raises(DataError) as info:
+        load_examples(path, reviews, field_map="text=review_body")
+    assert str(info.value) == f"{path}: row 1,207: missing field 'text' for task reviews"
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("bad.parquet", b"not parquet at all", r"bad.parquet: not a parquet file"),
+        ("a.csv", b"text,stars\n", r"a.csv: no examples"),
+        ("a.xlsx", b"x", r"unknown file type '.xlsx'"),
+        ("a.jsonl", b'{"text": "x", "stars": "positive"}\n{"text": ["a"], "stars": "positive"}\n',
+         r"a.jsonl:2: field 'text' must be a string or number, got a list"),
+        ("a.jsonl", b'{"text": "x\xff", "stars": "positive"}\n', r"a.jsonl:1: not UTF-8 \(byte 0xff at column 12\)"),
+        ("a.csv", b"text,stars\nhello,positive\nbye,maybe\n", r"a.csv: row 2: label 'maybe' is not one of"),
+        ("a.csv", b"body,stars\nhello,positive\n", r"a.csv: row 1: missing field 'text' .*--field-map text=COLUMN"),
+    ],
+)  # fmt: skip
+def test_bad_data_is_one_line(tmp_path, reviews, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(UsageError, match=message) as info:
+        load_examples(path, reviews)
+    assert "\n" not in str(info.value)
+
+
+def test_field_map_errors(tmp_path, reviews):
+    path = _write(tmp_path, "csv", ROWS)
+    with pytest.raises(DataError, match=r"no column 'body'; columns: review_body, stars"):
+        load_examples(path, reviews, field_map="text=body")
+    with pytest.raises(UsageError, match="write FIELD=COLUMN"):
+        parse_field_map("text")
+    assert parse_field_map(["a=b", "c=d,e=f"]) == {"a": "b", "c": "d", "e": "f"}
+
+
+def test_saved_dataset_dict_splits(tmp_path, reviews):
+    from datasets import Dataset, DatasetDict
+
+    rows = [{"text": f"t{i}", "stars": "positive"} for i in range(3)]
+    DatasetDict({"train": Dataset.from_list(rows), "test": Dataset.from_list(rows[:1])}).save_to_disk(
+        str(tmp_path / "dd")
+    )
+    assert len(load_examples(tmp_path / "dd", reviews)) == 3  # train by default
+    assert len(load_examples(f"{tmp_path / 'dd'}@test", reviews)) == 1
+    with pytest.raises(UsageError, match="has no split 'dev'; splits: train, test"):
+        load_examples(f"{tmp_path / 'dd'}@dev", reviews)
+
+
+def test_hub_dataset_from_the_hf_cache_offline(tmp_path, monkeypatch, reviews):
+    """hf:ORG/NAME:CONFIG@SPLIT from a hub cache laid out as huggingface_hub writes it; the commit is recorded."""
+    import pandas as pd
+
+    cache = tmp_path / "hub"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / "datasets--acme--reviews"
+    snap = repo / "snapshots" / commit
+    (snap / "en").mkdir(parents=True)
+    pd.DataFrame([{"text": f"t{i}", "stars": "negative"} for i in range(4)]).to_parquet(
+        snap / "en" / "test-00000.parquet"
+    )
+    pd.DataFrame([{"text": "x", "stars": "positive"}]).to_parquet(snap / "en" / "train-00000.parquet")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    src = parse_source("hf:acme/reviews:en@test")
+    assert (src.repo_id, src.config, src.split) == ("acme/reviews", "en", "test")
+    examples = load_examples("hf:acme/reviews:en@test", reviews)
+    assert len(examples) == 4 and examples.facts["revision"] == commit and examples.facts["repo_id"] == "acme/reviews"
+    with pytest.raises(DataError, match=r"hub dataset acme/missing is not in the local HF cache.*hf download"):
+        load_examples("hf:acme/missing", reviews)
+    with pytest.raises(UsageError, match="not a hub dataset id"):
+        parse_source("hf:")
+
+
+def test_text_corpus_from_txt_skips_blank_lines(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("First document.\n\n   \nSecond one, with a comma.\n")
+    docs = load_examples(path, "text")
+    assert [d["text"] for d in docs] == ["First document.", "Second one, with a comma."]
+    assert [d["labelled"] for d in docs] == [False, False]
