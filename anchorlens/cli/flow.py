@@ -49,12 +49,12 @@ def flow(
     except Exception as err:  # a damaged parquet file
         raise DataError(f"{path}: cannot read ({' '.join(str(err).split())[:200]})") from None
     roles = _run_roles(run)
-    names = [None]
+    names: list[str | None] = [None]
     if "checkpoint" in metrics.columns:
         known = list(dict.fromkeys(metrics["checkpoint"]))
         if checkpoint is not None and checkpoint not in known:
             raise UsageError(f"--checkpoint {checkpoint!r} is not in this run; checkpoints: {', '.join(known)}")
-        names = [checkpoint] if checkpoint is not None else known
+        names = [checkpoint] if checkpoint is not None else list(known)
     for name in names:
         part = metrics if name is None else metrics[metrics["checkpoint"] == name]
         try:
