@@ -20,6 +20,7 @@ count      float64 number of queries the value averages over (weights for poolin
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,25 @@ _DTYPES = {
     "value": "float64",
     "count": "float64",
 }
+
+
+def arrow_schema(columns: Iterable[str]) -> Any:
+    """The Arrow schema of a metric frame with these columns: the tidy columns' types fixed (so every shard of a
+    run has one schema, empty or not), ``fixed`` and other extra columns as strings."""
+    import pyarrow as pa
+
+    types = {
+        "example": pa.int64(),
+        "stack": pa.string(),
+        "layer": pa.int64(),
+        "head": pa.int64(),
+        "metric": pa.string(),
+        "query_role": pa.string(),
+        "key_role": pa.string(),
+        "value": pa.float64(),
+        "count": pa.float64(),
+    }
+    return pa.schema([pa.field(c, types.get(c, pa.string())) for c in columns])
 
 
 def empty_frame() -> pd.DataFrame:

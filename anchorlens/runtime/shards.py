@@ -1,12 +1,14 @@
-"""Resumable streaming: reducer states saved per chunk of examples, so a killed run picks up where it stopped.
+"""Resumable, out-of-core streaming: each chunk of examples is written to disk as its metric rows once reduced.
 
-Examples are cut into fixed chunks (``chunk_indices``). After a chunk is reduced, its reducers'
-states are written to ``OUT/.progress/shard-XXXXX.safetensors`` (tensors; the JSON skeleton sits in
-the safetensors metadata) and then ``shard-XXXXX.json`` (run key, chunk, example ids), each through
-a temp file and ``os.replace``; the json is the commit marker. ``run.json`` holds the run key: a
-re-run with the same key skips finished chunks and merges their saved states, so the result
-equals an uninterrupted run exactly (each example lives in one chunk; sums start from zero).
-No pickle anywhere: safetensors + JSON. Files are written through :mod:`anchorlens.atomic`.
+Examples are cut into fixed chunks (``chunk_indices``). A chunk is reduced by fresh reducers, turned into its
+tidy metric rows (derived metrics and mask flags included: every metric is per example, so a chunk's rows are
+final) and written to ``OUT/.progress/shard-XXXXX.parquet``, then ``shard-XXXXX.json`` (run key, chunk,
+example ids, row count), each through a temp file and ``os.replace``; the json is the commit marker. Nothing
+of a finished chunk stays in memory: a run holds one chunk's reducer state and rows at a time, whatever the
+number of examples. ``run.json`` holds the run key: a re-run with the same key skips finished chunks, and
+:func:`concat_shards` streams the shards into one parquet file (a row group per chunk), so the result equals
+an uninterrupted run exactly. Ranks write their own chunks; merging is concatenation (no exchange of
+per-example data). No pickle anywhere. Files are written through :mod:`anchorlens.atomic`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,13 @@ import json
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+import pandas as pd
 
-from anchorlens.atomic import atomic_write, clean_stale_temps, write_json
-from anchorlens.capture.reducer import Reducer
+from anchorlens.atomic import atomic_write, clean_stale_temps, os_errors, write_json
+from anchorlens.errors import DataError
 from anchorlens.rundir import PROGRESS_DIR
-from anchorlens.runtime.codec import state_from_tensors, state_to_tensors
 
 RUN_FILE = "run.json"
 
@@ -66,21 +67,29 @@ class Progress:
         write_json(self.dir / RUN_FILE, {"run_key": self.run_key, **(facts or {})}, sort_keys=True)
 
     def paths(self, chunk: int) -> tuple[Path, Path]:
-        """(safetensors, json) paths of a chunk."""
+        """(parquet, json) paths of a chunk."""
         stem = self.dir / f"shard-{chunk:05d}"
-        return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+        return stem.with_suffix(".parquet"), stem.with_suffix(".json")
 
     def done(self, chunk: int, example_ids: Sequence[int]) -> bool:
-        """Whether ``chunk`` was finished by this run, on exactly ``example_ids``."""
-        tensors, marker = self.paths(chunk)
+        """Whether ``chunk`` was finished by this run, on exactly ``example_ids``, and its rows read back whole."""
+        rows, marker = self.paths(chunk)
         info = _read_json(marker)
-        return (
+        if not (
             info is not None
-            and tensors.is_file()
+            and rows.is_file()
             and info.get("run_key") == self.run_key
             and info.get("chunk") == chunk
             and info.get("example_ids") == [int(i) for i in example_ids]
-        )
+        ):
+            return False
+        try:  # a truncated or edited shard is recomputed, never trusted
+            import pyarrow.parquet as pq
+
+            meta = pq.read_metadata(rows)
+        except Exception:  # noqa: BLE001
+            return False
+        return meta.num_rows == info.get("rows") and meta.metadata is not None and _key_of(meta) == self.run_key
 
     def finished(self) -> list[int]:
         """Chunk indices with a commit marker of this run."""
@@ -91,72 +100,116 @@ class Progress:
                 out.append(int(info["chunk"]))
         return out
 
-    def save(self, chunk: int, example_ids: Sequence[int], reducers: Sequence[Reducer]) -> None:
-        """Write the chunk's reducer states, then its marker (both atomically)."""
-        tensors_path, marker = self.paths(chunk)
-        skeleton, tensors = state_to_tensors([r.state_dict() for r in reducers])
-        meta = {"skeleton": json.dumps(skeleton), "run_key": self.run_key}
-        atomic_write(tensors_path, lambda p: save_file(tensors, str(p), metadata=meta))
+    def save(self, chunk: int, example_ids: Sequence[int], frame: pd.DataFrame) -> int:
+        """Write the chunk's metric rows, then its marker (both atomically); returns the number of rows."""
+        rows_path, marker = self.paths(chunk)
+        table = frame_table(frame, {"run_key": self.run_key, "chunk": str(chunk)})
+
+        def write(path: Path) -> None:
+            import pyarrow.parquet as pq
+
+            pq.write_table(table, path, compression="zstd")
+
+        atomic_write(rows_path, write)
         write_json(
             marker,
-            {"run_key": self.run_key, "chunk": chunk, "example_ids": [int(i) for i in example_ids]},
+            {
+                "run_key": self.run_key,
+                "chunk": chunk,
+                "example_ids": [int(i) for i in example_ids],
+                "rows": table.num_rows,
+            },
             sort_keys=True,
         )
-
-    def load(self, chunk: int, reducers: Sequence[Reducer]) -> None:
-        """Load the chunk's saved states into ``reducers`` (fresh ones of the same kinds and options)."""
-        tensors_path, _ = self.paths(chunk)
-        with safe_open(str(tensors_path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-        if meta.get("run_key") != self.run_key:
-            raise ValueError(f"{tensors_path} belongs to another run")
-        states = state_from_tensors(json.loads(meta["skeleton"]), load_file(str(tensors_path)))
-        if len(states) != len(reducers):
-            raise ValueError(f"{tensors_path} holds {len(states)} reducer states, expected {len(reducers)}")
-        for reducer, state in zip(reducers, states):
-            reducer.load_state_dict(state)
-
-    def try_load(self, chunk: int, reducers: Sequence[Reducer]) -> bool:
-        """:meth:`load`, but False (chunk to recompute) when the shard is unreadable or inconsistent."""
-        try:
-            self.load(chunk, reducers)
-        except Exception:  # noqa: BLE001 - a damaged shard is recomputed, never trusted
-            return False
-        return True
+        return table.num_rows
 
     def clear(self) -> None:
         """Remove the progress directory."""
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def _key_of(meta: Any) -> str | None:
+    """The run key recorded in a shard's parquet metadata."""
+    raw = (meta.metadata or {}).get(b"anchorlens")
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw).get("run_key")
+    except ValueError:
+        return None
+
+
+def frame_table(frame: pd.DataFrame, facts: dict[str, str] | None = None) -> Any:
+    """A metric frame as an Arrow table with the one schema every shard shares (``facts`` in its metadata)."""
+    import pyarrow as pa
+
+    from anchorlens.analyses.frames import arrow_schema
+
+    schema = arrow_schema(frame.columns)
+    table = pa.Table.from_pandas(frame, schema=schema, preserve_index=False)
+    if facts:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}), b"anchorlens": json.dumps(facts)})
+    return table
+
+
 def run_chunks(
     chunks: Sequence[tuple[int, Sequence[int]]],
-    compute: Callable[[Sequence[int], Sequence[Reducer]], None],
-    make_reducers: Callable[[], list[Reducer]],
-    progress: Progress | None = None,
-    on_chunk: Callable[[int, bool], None] | None = None,
+    compute: Callable[[Sequence[int]], pd.DataFrame],
+    progress: Progress,
+    on_chunk: Callable[[int, bool, int], None] | None = None,
     on_chunk_saved: Callable[[int], None] | None = None,
-) -> list[Reducer]:
-    """Reduce ``(chunk index, example ids)`` chunks, reusing saved ones; returns the merged reducers.
+) -> int:
+    """Compute and save every ``(chunk index, example ids)`` chunk not already finished; returns rows written.
 
-    compute(ids, reducers) folds the examples ``ids`` into fresh ``reducers``. on_chunk(n, resumed)
-    is called after each chunk with its size and whether it came from disk; on_chunk_saved(chunk)
-    right after a computed chunk is committed to ``progress``. A saved chunk that
-    cannot be read back (truncated, edited, another run's) is recomputed and saved again.
+    compute(ids) returns the chunk's metric rows. on_chunk(n, resumed, rows) is called after each chunk with its
+    size, whether it came from disk and its rows; on_chunk_saved(chunk) right after a computed chunk is
+    committed. A saved chunk that cannot be read back (truncated, edited, another run's) is recomputed.
     """
-    total = make_reducers()
+    written = 0
     for chunk, ids in chunks:
-        part = make_reducers()
-        resumed = progress is not None and progress.done(chunk, ids) and progress.try_load(chunk, part)
+        resumed = progress.done(chunk, ids)
+        rows = 0
         if not resumed:
-            part = make_reducers()
-            compute(ids, part)
-            if progress is not None:
-                progress.save(chunk, ids, part)
-                if on_chunk_saved is not None:
-                    on_chunk_saved(chunk)
-        for t, p in zip(total, part):
-            t.merge(p)
+            rows = progress.save(chunk, ids, compute(ids))
+            written += rows
+            if on_chunk_saved is not None:
+                on_chunk_saved(chunk)
         if on_chunk is not None:
-            on_chunk(len(ids), resumed)
+            on_chunk(len(ids), resumed, rows)
+    return written
+
+
+def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]], out: Path) -> int:
+    """Stream the chunks' shards, in chunk order, into one parquet file at ``out`` (atomically); returns its rows.
+
+    Memory holds one shard at a time. A missing or damaged shard (a rank that died, a truncated file) is a
+    one-line DataError naming the chunk: the rerun recomputes it.
+    """
+    import pyarrow.parquet as pq
+
+    missing = [c for c, ids in chunks if not progress.done(c, ids)]
+    if missing:
+        raise DataError(
+            f"{progress.dir}: chunk(s) {', '.join(map(str, missing[:5]))} of this run are missing or damaged "
+            "(a rank stopped before writing them); rerun the same command to compute them"
+        )
+    total = 0
+
+    def write(path: Path) -> None:
+        nonlocal total
+        writer = None
+        try:
+            for chunk, _ids in chunks:
+                table = pq.read_table(progress.paths(chunk)[0])
+                table = table.replace_schema_metadata(None)
+                if writer is None:
+                    writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+                writer.write_table(table)
+                total += table.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+
+    with os_errors(out, "cannot write"):
+        atomic_write(out, write)
     return total

@@ -1,11 +1,12 @@
 """``run_capture``: stream a model's attention statistics into OUT, resumable and distributed.
 
 OUT/metrics.parquet holds the tidy metric rows and OUT/manifest.json the provenance; the manifest
-is written last and marks the run finished. Until then OUT/.progress holds per-chunk reducer
-states (:mod:`anchorlens.runtime.shards`), so re-running the same command resumes. Under
-``torchrun``/``accelerate launch`` chunks are split across ranks and the states are combined
-without pickle before rank 0 writes OUT; chunking is global, so progress saved with one world
-size resumes with another.
+is written last and marks the run finished. Until then OUT/.progress holds each finished chunk's
+metric rows (:mod:`anchorlens.runtime.shards`), written as the chunk is done, so memory holds one
+chunk whatever the number of examples and re-running the same command resumes. Under
+``torchrun``/``accelerate launch`` chunks are split across ranks, each rank writes its own, and
+rank 0 concatenates them into OUT (no exchange of per-example data); chunking is global, so
+progress saved with one world size resumes with another.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 import torch
 
 from anchorlens.analyses import default_reducers, metrics_frame
-from anchorlens.atomic import atomic_write
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
@@ -29,7 +29,7 @@ from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
-from anchorlens.runtime.shards import Progress, chunk_indices, run_chunks
+from anchorlens.runtime.shards import Progress, chunk_indices, concat_shards, run_chunks
 from anchorlens.tasks.prompts import PromptOptions, Prompts
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 
@@ -127,11 +127,11 @@ def _progress_bar(total: int, enabled: bool):
     return tqdm(total=total, unit="ex", desc="capture", file=sys.stderr, disable=not enabled)
 
 
-def _finish(claim: OutClaim, reducers: Sequence, anchors: Sequence[str], facts: dict, base, progress: Progress) -> None:
-    """Rank 0: write metrics.parquet, then manifest.json (the commit marker), then drop .progress."""
-    frame = metrics_frame(reducers, anchors=anchors)
-    atomic_write(claim.path / METRICS_FILE, lambda p: frame.to_parquet(p, index=False))
-    claim.finish_in_place(manifest("capture", base_model=base, rows=len(frame), **facts))
+def _finish(claim: OutClaim, chunks: Sequence, facts: dict, base, progress: Progress) -> None:
+    """Rank 0: stream the chunks' rows into metrics.parquet, then write manifest.json (the commit marker), then
+    drop .progress."""
+    rows = concat_shards(progress, chunks, claim.path / METRICS_FILE)
+    claim.finish_in_place(manifest("capture", base_model=base, rows=rows, **facts))
     progress.clear()
 
 
@@ -220,20 +220,27 @@ def run_capture(
         chunks = list(enumerate(chunk_indices(len(rows), chunk_size)))
         mine = rt.shard(chunks, info.rank, info.world_size)
 
-        def compute(ids, reducers) -> None:
+        def compute(ids):
             examples = [rows[i] for i in ids]
             batches = encode_batches(
                 model, examples, prompts, batch_size=batch_size, example_ids=ids, max_length=max_length
             )
+            reducers = make_reducers()
             stream_statistics(model, batches, reducers, selection)
+            return metrics_frame(reducers, anchors=anchors)
 
         bar = _progress_bar(sum(len(ids) for _, ids in mine), progress and rt.is_main())
+        written = [0]
+
+        def advance(n: int, _resumed: bool, new_rows: int) -> None:
+            written[0] += new_rows
+            bar.update(n)
+            bar.set_postfix(rows=f"{written[0]:,}", refresh=False)
+
         with bar:
-            reducers = rt.agree(
-                lambda: run_chunks(mine, compute, make_reducers, store, lambda k, _r: bar.update(k), on_chunk_saved)
-            )
-        rt.all_reduce_reducers(reducers)
-        rt.agree(lambda: _finish(claim, reducers, anchors, facts_out, base_obj, store) if claim is not None else None)
+            rt.agree(lambda: run_chunks(mine, compute, store, advance, on_chunk_saved))
+        rt.barrier()  # every rank's chunks are on disk before rank 0 concatenates them
+        rt.agree(lambda: _finish(claim, chunks, facts_out, base_obj, store) if claim is not None else None)
         rt.barrier()
         return out
     except BaseException:

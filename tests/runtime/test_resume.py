@@ -170,35 +170,43 @@ def test_foreign_directory_is_refused(tmp_path):
 
 
 def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
-    from anchorlens.analyses import default_reducers
-    from anchorlens.runtime.shards import chunk_indices, run_chunks
+    from anchorlens.analyses import default_reducers, metrics_frame
+    from anchorlens.errors import DataError
+    from anchorlens.runtime.shards import chunk_indices, concat_shards, run_chunks
     from tests.runtime.synth import feed, make_items
-    from tests.runtime.test_reducer_properties import frames
 
     data = make_items(10, seed=5)
     chunks = list(enumerate(chunk_indices(10, 2)))
     computed: list[int] = []
 
-    def compute(ids, reducers):
+    def compute(ids):
         computed.extend(ids)
+        reducers = default_reducers()
         feed(reducers, data, [list(ids)])
+        return metrics_frame(reducers)
 
     store = Progress(tmp_path, "key-a")
     store.start()
-    want = frames(run_chunks(chunks, compute, default_reducers, store))
+    run_chunks(chunks, compute, store)
+    concat_shards(store, chunks, tmp_path / "want.parquet")
     st1, _ = store.paths(1)
-    st1.write_bytes(st1.read_bytes()[:50])  # truncated tensors
+    st1.write_bytes(st1.read_bytes()[:50])  # truncated rows
     store.paths(2)[1].write_text("{not json")  # garbage marker
     marker3 = store.paths(3)[1]
     marker3.write_text(marker3.read_text().replace("6", "9"))  # edited example ids
     other = Progress(tmp_path / "other", "key-b")
     other.start()
-    run_chunks(chunks[4:], lambda ids, r: feed(r, data, [list(ids)]), default_reducers, other)
-    os.replace(other.paths(4)[0], store.paths(4)[0])  # tensors of another run under a valid marker
+    run_chunks(chunks[4:], compute, other)
+    os.replace(other.paths(4)[0], store.paths(4)[0])  # rows of another run under a valid marker
+    with pytest.raises(DataError, match=r"chunk\(s\) 1, 2, 3, 4 of this run are missing or damaged.*rerun"):
+        concat_shards(store, chunks, tmp_path / "got.parquet")
     computed.clear()
-    got = frames(run_chunks(chunks, compute, default_reducers, store))
+    run_chunks(chunks, compute, store)
     assert sorted(computed) == [2, 3, 4, 5, 6, 7, 8, 9]
-    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    concat_shards(store, chunks, tmp_path / "got.parquet")
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "got.parquet"), pd.read_parquet(tmp_path / "want.parquet"), check_exact=True
+    )
     computed.clear()
-    run_chunks(chunks, compute, default_reducers, store)
+    run_chunks(chunks, compute, store)
     assert computed == []  # the recomputed chunks were saved again
