@@ -57,7 +57,9 @@ def _corpus(folder: Path, docs: int) -> Path:
 def _run(args: list[str]) -> tuple[float, float]:
     """(peak RSS MiB, wall s) of one ``anchorlens`` process."""
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "anchorlens", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "anchorlens", *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     err = proc.stderr.read().decode() if proc.stderr else ""
@@ -86,7 +88,9 @@ def main() -> int:
             rss, wall = _run(["capture", "--ckpt", "instance", "--base", opts.base, "--data", str(data),
                               "--out", str(out), "--no-progress", "--batch-size", "8"])  # fmt: skip
             first = first or rss
-            print(f"{f'RTE N={n:,}':>22}  {rss:>12,.0f}  {rss / first:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}", flush=True)
+            print(
+                f"{f'RTE N={n:,}':>22}  {rss:>12,.0f}  {rss / first:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}", flush=True
+            )
         if opts.corpus:
             corpus = _corpus(folder, opts.corpus)
             out = folder / "out-corpus"

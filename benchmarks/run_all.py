@@ -16,6 +16,7 @@ BENCHMARKS = [
     "bench_training.py",
     "bench_distributed.py",
     "bench_compare.py",
+    "bench_memory.py",
 ]
 
 

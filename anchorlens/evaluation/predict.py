@@ -15,8 +15,6 @@ from anchorlens.evaluation.scoring import label_scores
 from anchorlens.evaluation.verbalizers import verbalizer_ids
 from anchorlens.tasks import Task, get_task
 
-KEEP_COLUMNS = ("group", "passage_idx")
-
 
 def chunks(n: int, size: int) -> Iterator[range]:
     """Consecutive index ranges of at most ``size`` covering ``range(n)``."""
@@ -41,7 +39,7 @@ def predict(
     progress: bool = False,
     prompts: PromptRenderer | None = None,
 ) -> pd.DataFrame:
-    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ group, passage_idx).
+    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ the task's group fields).
 
     ``prompts``: how examples are rendered (chat template, demonstrations); default the task's template.
     """
@@ -75,7 +73,7 @@ def _record(task: Task, example: dict, scores: torch.Tensor) -> dict:
     for value, s in zip(task.labels, scores.tolist()):
         rec[score_column(value)] = s
     rec["correct"] = None if label is None else task.label_index(label) == task.label_index(pred)
-    for key in KEEP_COLUMNS:
+    for key in task.group_fields:
         if key in example:
             rec[key] = example[key]
     return rec

@@ -31,10 +31,9 @@ def _py(value):
 
 
 def _groups(rows: pd.DataFrame, task: Task) -> list:
-    """Question keys for exact match: (passage_idx, group) when both are known, else group."""
-    field = task.group_field or "group"
-    if field not in rows:
-        raise ValueError(f"exact match for task {task.name} needs a {field!r} column in the predictions")
-    if "passage_idx" in rows:
-        return list(zip(rows["passage_idx"], rows[field]))
-    return list(rows[field])
+    """Group keys for exact match: the task's ``group_fields`` the predictions carry (the finest one required)."""
+    fields = [f for f in task.group_fields if f in rows]
+    if not task.group_fields or task.group_fields[-1] not in fields:
+        need = task.group_field or "group"
+        raise ValueError(f"exact match for task {task.name} needs a {need!r} column in the predictions")
+    return list(zip(*(rows[f] for f in fields)))

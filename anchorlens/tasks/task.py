@@ -40,7 +40,8 @@ class Task:
 
     fields: the example fields the template reads; labels/verbalizers: label values in the data and the answer
     text scored for each (empty for a task without labels: capture only); label_field: the data column holding
-    the label; metrics: accuracy, macro_f1, f1a, em (em groups by ``group_field``); expand: row -> examples
+    the label; metrics: accuracy, macro_f1, f1a, em (em and the train/eval split group examples by the values
+    of ``group_fields``: MultiRC's answers of one question); expand: row -> examples
     (nested rows, see :mod:`anchorlens.tasks.explode`); kind: ``classification`` or ``text`` (documents cut
     into windows); rules: token rules that give roles by token text; chat/system: render through the
     tokenizer's chat template with an optional system prompt; shots/fewshot_delimiter: demonstrations
@@ -58,7 +59,7 @@ class Task:
     labels: tuple[Any, ...] = ()
     verbalizers: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ("accuracy",)
-    group_field: str | None = None
+    group_fields: tuple[str, ...] = ()
     expand: Callable[[Mapping[str, Any]], list[Row]] = expand_plain
     label_field: str = "label"
     kind: str = CLASSIFICATION
@@ -92,6 +93,17 @@ class Task:
             )
         for name in self.roles:
             check_role_name(name)
+
+    @property
+    def group_field(self) -> str | None:
+        """The finest grouping column (the last of ``group_fields``), or None."""
+        return self.group_fields[-1] if self.group_fields else None
+
+    def group_key(self, example: Mapping[str, Any]) -> tuple | None:
+        """The values of ``group_fields`` of an example (None without grouping or when one is missing)."""
+        if not self.group_fields or any(f not in example for f in self.group_fields):
+            return None
+        return tuple(example[f] for f in self.group_fields)
 
     @property
     def num_labels(self) -> int:

@@ -69,7 +69,11 @@ SCHEMA: dict[str, Key] = {
     "labels": Key("a table or an array of tables", lambda v: isinstance(v, (dict, list))),
     "metrics": Key("an array of strings", _str_list, help=f"from {', '.join(METRICS)}"),
     "metric": Key("a string", _str, help="one metric (or use metrics = [...])"),
-    "group_field": Key("a string", _str),
+    "group_field": Key(
+        "a string or an array of strings",
+        lambda v: _str(v) or (_str_list(v) and bool(v)),
+        help="the column(s) whose values group examples for em and for the train/eval split",
+    ),
     "chat": Key("a boolean", lambda v: isinstance(v, bool)),
     "system": Key("a string", _str),
     "shots": Key("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
@@ -160,6 +164,13 @@ def _labels(value: Any, where: str) -> tuple[tuple[Any, ...], tuple[str, ...]]:
     return tuple(lbl for lbl, _ in items), tuple(v for _, v in items)
 
 
+def _group_fields(value: Any) -> tuple[str, ...]:
+    """``group_field`` as a tuple of column names."""
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
 def _metrics(data: Mapping[str, Any], where: str) -> tuple[str, ...]:
     """The metric list (``metric`` or ``metrics``; default accuracy)."""
     if "metric" in data and "metrics" in data:
@@ -209,7 +220,7 @@ def task_from_mapping(data: Mapping[str, Any], where: str, *, source: str, text:
             labels=labels,
             verbalizers=verbalizers,
             metrics=_metrics(data, where) if kind == CLASSIFICATION else (),
-            group_field=data.get("group_field"),
+            group_fields=_group_fields(data.get("group_field")),
             expand=expand,
             label_field=data.get("label_field", "label"),
             kind=kind,

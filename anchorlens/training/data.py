@@ -11,10 +11,9 @@ from anchorlens.tasks import Task
 
 
 def _unit_key(example: dict, task: Task) -> object:
-    """What must stay on one side of a split: the question group (MultiRC) or the example itself."""
-    if task.group_field and task.group_field in example:
-        return (example.get("passage_idx"), example[task.group_field])
-    return id(example)
+    """What must stay on one side of a split: the example's group (MultiRC: a question's answers) or the example."""
+    key = task.group_key(example)
+    return id(example) if key is None else key
 
 
 def split_train_eval(

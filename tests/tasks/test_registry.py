@@ -51,7 +51,11 @@ def test_labels_verbalizers_and_metrics():
     assert get_task("cb").metrics == ("accuracy", "macro_f1")
     assert get_task("boolq").labels == (True, False)
     assert get_task("copa").labels == (0, 1)
-    assert get_task("multirc").metrics == ("f1a", "em") and get_task("multirc").group_field == "group"
+    assert (
+        get_task("multirc").metrics == ("f1a", "em")
+        and get_task("multirc").group_field == "group"
+        and get_task("multirc").group_fields == ("passage_idx", "group")
+    )
     assert get_task("rte").metrics == ("accuracy",)
 
 

@@ -34,7 +34,7 @@ BEFORE = {
             "text: {text}\nspan1: {target.span1_text}\nspan2: {target.span2_text}\nanswer:",
             (True, False), (" yes", " no"), ("accuracy",), None),
     "multirc": (("passage", "question", "answer"), "passage: {passage}\nquestion: {question}\nanswer: {answer}\ncorrect:",
-                (0, 1), (" no", " yes"), ("f1a", "em"), "group"),
+                (0, 1), (" no", " yes"), ("f1a", "em"), ("passage_idx", "group")),
 }  # fmt: skip
 
 
@@ -50,7 +50,7 @@ def test_builtin_task_files_define_what_the_code_did(name):
     task = TASKS[name]
     assert task.fields == fields and task.template.spec == spec
     assert task.labels == labels and [type(x) for x in task.labels] == [type(x) for x in labels]
-    assert task.verbalizers == verbalizers and task.metrics == metrics and task.group_field == group
+    assert task.verbalizers == verbalizers and task.metrics == metrics and task.group_fields == (group or ())
     assert task.roles == () and task.rules == () and not task.chat and task.shots == 0
     assert parse_task_text(builtin_task_text(name), name, "x").template == task.template  # the same code reads them
 
