@@ -89,6 +89,7 @@ class Prompts:
     demos: Demonstrations | None = None
     layout: ChatLayout | None = None
     tokenizer: Any = field(default=None, repr=False)
+    _windows: dict[int, tuple[Sequence[Row], Windows]] = field(default_factory=dict, repr=False)
 
     @property
     def roles(self) -> RoleTable:
@@ -113,8 +114,11 @@ class Prompts:
         """What the model reads, one item per forward row: ``examples`` themselves, or a text task's windows."""
         if self.task.kind != TEXT:
             return examples
-        window = self.options.window or DEFAULT_WINDOW
-        return Windows(examples, self.tokenizer, window)
+        kept = self._windows.get(id(examples))
+        if kept is None or kept[0] is not examples:  # cut once per sequence of documents (a compare reads them often)
+            kept = (examples, Windows(examples, self.tokenizer, self.options.window or DEFAULT_WINDOW))
+            self._windows[id(examples)] = kept
+        return kept[1]
 
     def describe(self) -> dict[str, Any]:
         """The roles and prompt options for a run's manifest."""

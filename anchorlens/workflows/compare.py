@@ -105,7 +105,13 @@ def compare(
     for name, model in models.items():
         bar = _progress(progress, len(rows), name)
         df = capture_statistics(
-            model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar
+            model,
+            inputs,
+            selection=selection,
+            batch_size=batch_size,
+            max_length=max_length,
+            progress=bar,
+            prompts=prompts,
         )
         if bar is not None:
             bar.close()

@@ -10,6 +10,7 @@ from anchorlens import runtime as rt
 from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
+from anchorlens.tasks.prompts import Prompts
 from anchorlens.workflows.inputs import Inputs
 
 
@@ -22,14 +23,16 @@ def capture_statistics(
     max_length: int | None = None,
     anchors: Sequence[str] | None = None,
     progress=None,
+    prompts: Prompts | None = None,
 ) -> pd.DataFrame:
-    """Per-example metric rows (reducers + derived metrics) of ``model`` on ``inputs``."""
+    """Per-example metric rows (reducers + derived metrics) of ``model`` on ``inputs`` (rendered by ``prompts``, built
+    from the inputs and the model's tokenizer when not given)."""
     from anchorlens.methods import load_guided
 
     model = load_guided(model)  # a Base becomes GuidedModel(base); a GuidedModel passes
     anchors = tuple(anchors or model.anchors())
     entropy_anchor = model.entropy_anchor() or "capsule"
-    prompts = inputs.prompts(model.base.tokenizer, max_length)
+    prompts = prompts or inputs.prompts(model.base.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
     reducers = default_reducers(entropy_anchor, roles=prompts.roles)
     info = rt.dist_info()
