@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from anchorlens.atomic import write_json
-from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.evaluation import DEFAULT_MAX_LENGTH, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -96,14 +96,6 @@ def _evaluate(
         read.task, read.data, read.n, need_labels=True, field_map=read.field_map, prompt=read.prompt
     )
     model = load_guided(spec_or_model, base, allow_other_base=allow_other_base)
-    preds = predict(
-        model,
-        inputs.examples,
-        inputs.task,
-        batch_size=batch_size,
-        max_length=max_length,
-        progress=progress,
-        prompts=inputs.prompts(model.base.tokenizer),
-    )
+    preds = inputs.predict(model, batch_size=batch_size, max_length=max_length, progress=progress)
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
     return EvalResult(preds, metrics), model, inputs

@@ -36,6 +36,20 @@ class Inputs:
             self.task, tokenizer, options, queries=self.examples, pool=self.pool, pool_source=self.pool_source
         )
 
+    def predict(self, model: Any, *, batch_size: int, max_length: int | None, progress: bool = False) -> Any:
+        """Predictions of ``model`` on these examples, rendered by these inputs' prompts for its tokenizer."""
+        from anchorlens.evaluation import predict
+
+        return predict(
+            model,
+            self.examples,
+            self.task,
+            batch_size=batch_size,
+            max_length=max_length,
+            progress=progress,
+            prompts=self.prompts(model.base.tokenizer),
+        )
+
     def facts(self) -> dict[str, Any]:
         """The task, data and prompt facts a run records in its manifest."""
         return {

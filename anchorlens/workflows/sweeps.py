@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from anchorlens.analyses.stats import bootstrap_ci
-from anchorlens.evaluation import DEFAULT_MAX_LENGTH, predict, task_metrics
+from anchorlens.evaluation import DEFAULT_MAX_LENGTH, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
@@ -72,14 +72,7 @@ def sweep_instance(
             full = compose(spec, int(count), pos)
             if full not in cache:
                 model = load_guided(full, shared)
-                preds = predict(
-                    model,
-                    inputs.examples,
-                    inputs.task,
-                    batch_size=batch_size,
-                    max_length=max_length,
-                    prompts=inputs.prompts(model.base.tokenizer),
-                )
+                preds = inputs.predict(model, batch_size=batch_size, max_length=max_length)
                 cache[full] = task_metrics(preds, inputs.task)
                 labelled = preds[preds["label"].notna()] if "label" in preds else preds.iloc[:0]
                 cache[full]["ci"] = bootstrap_ci(labelled["correct"].astype(float).to_numpy())[1:]
