@@ -24,6 +24,7 @@ from anchorlens.cli.options import (
     cli_command,
     input_dir,
 )
+from anchorlens.cli.values import at_least
 from anchorlens.errors import UsageError
 from anchorlens.progress import stage
 from anchorlens.rundir import OutClaim
@@ -58,7 +59,13 @@ def compare(
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
     map_example: Annotated[
-        int, typer.Option("--map-example", min=0, help="Index of the example drawn in the attention-map figure.")
+        int,
+        typer.Option(
+            "--map-example",
+            parser=at_least(0),
+            metavar="INDEX",
+            help="Index of the example drawn in the attention-map figure.",
+        ),
     ] = 0,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
@@ -187,7 +194,9 @@ def capture(
     select: SelectionOptions,
     batch: BatchOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-capture")),
-    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Examples per saved progress shard.")] = 32,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", parser=at_least(1), metavar="N", help="Examples per saved progress shard.")
+    ] = 32,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Stream attention statistics into OUT/metrics.parquet; sharded under torchrun, resumable after a kill.
