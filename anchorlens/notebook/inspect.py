@@ -19,7 +19,7 @@ from anchorlens.analyses import average_heads, default_reducers, metrics_frame
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
-from anchorlens.errors import UsageError
+from anchorlens.errors import ArgumentTypeError, UsageError
 from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
@@ -40,6 +40,38 @@ def _template_for(example: Mapping, task: str | None) -> Template:
         if all(f in example for f in spec.fields):
             return spec.template
     raise UsageError(f"no task template has the fields {sorted(example)}; pass task=... or a plain string")
+
+
+MODEL_KINDS = "a spec string (e.g. 'instance'), a Base, a GuidedModel, a transformers model or a PEFT model"
+
+
+def _check_model_arg(model_or_spec: Any) -> None:
+    """Refuse what is none of the accepted model kinds, naming the argument and the kinds."""
+    if isinstance(model_or_spec, (str, Base, GuidedModel)) or _is_peft(model_or_spec):
+        return
+    if hasattr(getattr(model_or_spec, "config", None), "model_type"):
+        return
+    shown = repr(model_or_spec)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise ArgumentTypeError(
+        f"inspect(): argument 'model_or_spec' must be {MODEL_KINDS}, got {type(model_or_spec).__name__} {shown}"
+    )
+
+
+def _check_example(example: Mapping, template: Template) -> None:
+    """Every field the template needs is present, not None, and text or a number: a missing field is named as missing."""
+    for name in template.fields:
+        value = example.get(name)
+        if value is None:
+            state = "is missing (its value is None)" if name in example else "is missing"
+            raise UsageError(
+                f"inspect(): field {name!r} of the example {state}; template {template.name!r} needs "
+                f"{', '.join(template.fields)} (give each as text)"
+            )
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise UsageError(
+                f"inspect(): field {name!r} of the example must be text or a number, got {type(value).__name__}"
+            )
 
 
 def _is_peft(obj: object) -> bool:
@@ -185,11 +217,18 @@ def inspect(
     ``model_or_spec``: a spec string (loaded on ``base``), a ``Base``/``GuidedModel``, a transformers model
     or a PEFT prompt-learning model (both with ``tokenizer=``). ``name`` overrides the checkpoint title.
     """
-    model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
+    _check_model_arg(model_or_spec)
+    if not isinstance(text_or_example, (str, Mapping)):
+        raise ArgumentTypeError(
+            "inspect(): argument 'text_or_example' must be a string or a dict of the task's fields, "
+            f"got {type(text_or_example).__name__}"
+        )
     if isinstance(text_or_example, str):
         example, template = {"text": text_or_example}, RAW_TEMPLATE if task is None else get_task(task).template
     else:
         example, template = dict(text_or_example), _template_for(text_or_example, task)
+    _check_example(example, template)
+    model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     selection = Selection(layers=layers, heads=heads)
     batches = encode_batches(model, [example], template, batch_size=1)
     maps = collect_maps(model, batches, selection, max_examples=1)[0]
