@@ -21,6 +21,7 @@ from anchorlens.figures import (
     head_diff_grid,
     head_grids,
     layer_curves,
+    measure_label,
     role_flow_heatmaps,
     save_figure,
 )
@@ -64,6 +65,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
                 [c.label for c in CURVES],
                 order=result.checkpoints,
                 anchors=anchor_tokens(result.maps),
+                labels={c.label: measure_label(c.metric, c.query_role, c.key_role) for c in CURVES},
             ),
         ),
         (
