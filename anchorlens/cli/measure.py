@@ -166,7 +166,7 @@ def _compare(
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
     from anchorlens.reports.comparison import write_comparison
-    from anchorlens.reports.tables import headline_grid, to_text
+    from anchorlens.reports.tables import headline_grid, present_roles, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
     started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
@@ -184,7 +184,7 @@ def _compare(
         if rt.is_main() and claim is not None:
             with stage("writing tables, figures and report.html"):
                 write_comparison(result, claim, **figures.writer_kwargs())
-            typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
+            typer.echo(to_text(headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))))
             typer.echo(f"wrote {claim.path}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
         rt.barrier()
     finally:

@@ -26,7 +26,7 @@ from anchorlens.figures import (
     save_figure,
 )
 from anchorlens.reports.html import render_report
-from anchorlens.reports.tables import fixed_notes, headline_grid, to_markdown
+from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
 
@@ -131,7 +131,7 @@ def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
     """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
-    grid = headline_grid(result.headline, result.checkpoints)
+    grid = headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
         write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)

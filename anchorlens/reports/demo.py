@@ -15,7 +15,7 @@ from markupsafe import Markup
 
 from anchorlens.figures import attention_budget, save_figure
 from anchorlens.reports.html import render_report
-from anchorlens.reports.tables import fixed_notes, headline_grid
+from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
 from anchorlens.workflows.demo import DEMO_PARTS, guidance_of, headline_of
@@ -111,7 +111,7 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
         html = render_report(
             title,
             facts,
-            headline_grid(result.headline, result.checkpoints),
+            headline_grid(result.headline, result.checkpoints, present_roles(result.metrics)),
             [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())],
             [*findings, *fixed_notes(result.headline)],
             tables=[(PART_NOTE, _table_html(table))],
