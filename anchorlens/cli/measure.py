@@ -94,8 +94,8 @@ def demo(
     claim, replacing = claim_demo_out(out, force)  # before any heavy import or work
     with claim:
         inputs = data.read()
-        from anchorlens.reports.demo import FIGURE, PART_NOTE, finding, side_by_side, write_demo
-        from anchorlens.workflows.demo import DEMO_CHECKPOINTS, per_layer_table, run_demo
+        from anchorlens.reports.demo import FIGURE, PART_NOTE, finding, per_layer_table, side_by_side, write_demo
+        from anchorlens.workflows.demo import DEMO_CHECKPOINTS, run_demo
 
         specs = list(ckpt or DEMO_CHECKPOINTS)
 

@@ -1,4 +1,4 @@
-"""The demo's output: a side-by-side per-layer table and a one-line finding for the terminal, a small report.
+"""The demo's output: the per-layer view, a side-by-side table and a one-line finding for the terminal, a small report.
 
 ``write_demo`` writes ``report.html`` (the finding, the headline table, the figure, the per-layer
 table), ``attention_budget.png``, ``per_layer.csv``, ``headline.csv`` and ``manifest.json``: a few
@@ -10,16 +10,20 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from anchorlens.analyses.frames import per_head
 from anchorlens.figures import attention_budget, save_figure
 from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles
+from anchorlens.roles.kinds import GUIDANCE_ROLES
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
-from anchorlens.workflows.demo import DEMO_PARTS, guidance_of, headline_of
+from anchorlens.workflows.demo import DEMO_PARTS, headline_of
 
+GUIDANCE_NAMES = tuple(r.label for r in GUIDANCE_ROLES)
 WIDTH = 8  # characters per number column
 FIGURE = "attention_budget.png"
 SHORT = {"structural": "struct"}  # column headers that fit the number width
@@ -29,6 +33,36 @@ PART_NOTE = (
     "input token; anchor = the checkpoint's guidance (the instance token; – without one); struct(ural) "
     "and content exclude the sink. A checkpoint's four columns sum to 1 (special tokens aside)."
 )
+
+
+def guidance_of(result: Comparison) -> dict[str, str | None]:
+    """Each checkpoint's guidance role (the anchor input queries can attend to), None for the bare base.
+
+    Read from the run's roles (:func:`~anchorlens.reports.tables.present_roles`).
+    """
+    present = present_roles(result.metrics)
+    return {name: next((g for g in GUIDANCE_NAMES if g in present.get(name, ())), None) for name in result.checkpoints}
+
+
+def per_layer_table(result: Comparison) -> pd.DataFrame:
+    """Layer x (checkpoint, part) means over examples and heads of the sink-aware decomposition of input queries.
+
+    Parts: sink (the first input token), anchor (the checkpoint's guidance; NaN for a checkpoint
+    without one, so it reads "–" rather than 0.000), structural and content (the sink excluded).
+    """
+    guidance = guidance_of(result)
+    columns = {}
+    for name in result.checkpoints:
+        rows = result.metrics[result.metrics["checkpoint"] == name]
+        for part, metric in DEMO_PARTS:
+            series = per_head(metric.rows(rows)).groupby("layer")["value"].mean()
+            if part == "anchor" and guidance[name] is None:
+                series = series * np.nan
+            columns[(name, part)] = series
+    table = pd.DataFrame(columns)
+    table.index = pd.Index([int(v) for v in table.index], name="layer")
+    table.columns = pd.MultiIndex.from_tuples(table.columns, names=["checkpoint", "part"])
+    return table
 
 
 def _number(value: float) -> str:

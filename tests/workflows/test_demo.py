@@ -92,7 +92,7 @@ def test_the_report_is_small_and_holds_the_finding_figure_and_table(tiny_demo):
 
 
 def test_per_layer_table_is_the_compare_runs_decomposition(comparison):
-    from anchorlens.workflows.demo import per_layer_table
+    from anchorlens.reports.demo import per_layer_table
 
     table = per_layer_table(comparison)
     m = comparison.metrics
