@@ -1,10 +1,10 @@
-# Two entry points for a fresh clone: `make demo` (main job on the embedded model) and `make test`.
+# Two entry points for a fresh clone: `make demo` (base vs instance token on the embedded model) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anchorlens-installed
 
-.PHONY: setup demo lint test test-fast bench clean
+.PHONY: setup demo lint test test-fast bench dist clean
 
 setup: $(STAMP)
 
@@ -35,5 +35,9 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/run_all.py
 
+# The wheel and sdist a release publishes (dist/); the version comes from anchorlens/__init__.py.
+dist: setup
+	$(PY) -m build --outdir dist
+
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache build dist

@@ -1,12 +1,15 @@
 """anchorlens: measure attention anchors (instance tokens, CaPT capsules, soft prompts) in language models.
 
 The public API is re-exported here and imported lazily, so ``import anchorlens`` (and the CLI's
-``--help``) stays fast; the first attribute access imports torch and transformers.
+``--help``) stays fast; the first attribute access imports torch and transformers. The functions
+come with their arguments checked against their annotations (:mod:`anchorlens.arguments`): a wrong
+type is one ``UsageError`` (also a ``TypeError``) naming the argument and the accepted types.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect as _inspect
 import warnings
 from typing import Any
 
@@ -44,6 +47,12 @@ _EXPORTS: dict[str, str] = {
     "train": "anchorlens.workflows.train",
     "evaluate": "anchorlens.workflows.evaluate",
     "UsageError": "anchorlens.errors",
+    "ArgumentTypeError": "anchorlens.errors",
+}
+# Parameters whose annotation is narrower than what the function takes.
+_ACCEPTS: dict[str, dict[str, str]] = {
+    "sweep_positions": {"positions": "str | Sequence[str]"},  # "first,last" as on the command line
+    "compare": {"dtype": "str | torch.dtype | None"},  # handed to load_base, which takes both
 }
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
@@ -57,6 +66,10 @@ def __getattr__(name: str) -> Any:
         # ipywidgets (the `jupyter` extra installs it) and then uses plain text bars: nothing to act on.
         warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    if _inspect.isfunction(value):
+        from anchorlens.arguments import checked
+
+        value = checked(value, public_name=f"anchorlens.{name}", overrides=_ACCEPTS.get(name))
     globals()[name] = value
     return value
 

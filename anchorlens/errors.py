@@ -24,6 +24,10 @@ class UnknownNameError(UsageError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ArgumentTypeError(UsageError, TypeError):
+    """A public function called with an argument of a type it does not take (names the argument and the types)."""
+
+
 class DataError(UsageError):
     """An input file (jsonl, tensors, config) that is unreadable, malformed or of the wrong type."""
 

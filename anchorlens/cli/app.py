@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import typer
 
+from anchorlens.cli.oneline import OneLineGroup
+
 app = typer.Typer(
+    name="anchorlens",
+    cls=OneLineGroup,  # typer's own usage errors (bad values, unknown options/commands) as one line, exit 2
     add_completion=False,
     no_args_is_help=False,
     invoke_without_command=True,

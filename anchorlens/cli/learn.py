@@ -20,6 +20,7 @@ from anchorlens.cli.options import (
     input_file,
     parse_ints,
 )
+from anchorlens.cli.values import at_least, non_negative
 from anchorlens.progress import stage
 
 DEFAULT_MAX_LENGTH = 384  # evaluation.DEFAULT_MAX_LENGTH, named here so argument checks need no torch
@@ -55,14 +56,23 @@ def train(
     batch: BatchOptions,
     training: TrainingOptions,
     eval_data: Eval_ = None,
-    epochs: Annotated[float | None, typer.Option("--epochs", min=0.0, help="Epochs over the training split.")] = None,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", min=1, help="Gradient accumulation steps.")] = 1,
+    epochs: Annotated[
+        float | None,
+        typer.Option("--epochs", parser=non_negative, metavar="EPOCHS", help="Epochs over the training split."),
+    ] = None,
+    grad_accum: Annotated[
+        int, typer.Option("--grad-accum", parser=at_least(1), metavar="STEPS", help="Gradient accumulation steps.")
+    ] = 1,
     optimizer: Annotated[str, typer.Option("--optimizer", help="adamw or adafactor.")] = "adamw",
     eval_every: Annotated[
-        int, typer.Option("--eval-every", min=1, help="Evaluate (and checkpoint) every K steps.")
+        int,
+        typer.Option(
+            "--eval-every", parser=at_least(1), metavar="STEPS", help="Evaluate (and checkpoint) every K steps."
+        ),
     ] = 50,
     patience: Annotated[
-        int | None, typer.Option("--patience", min=1, help="Early-stopping patience in evaluations.")
+        int | None,
+        typer.Option("--patience", parser=at_least(1), metavar="EVALS", help="Early-stopping patience in evaluations."),
     ] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
 ) -> None:

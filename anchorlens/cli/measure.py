@@ -6,6 +6,7 @@ reads and validates the data, and only then imports torch/transformers/matplotli
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Annotated
 
@@ -24,27 +25,99 @@ from anchorlens.cli.options import (
     cli_command,
     input_dir,
 )
+from anchorlens.cli.values import at_least
 from anchorlens.errors import UsageError
 from anchorlens.progress import stage
 from anchorlens.rundir import OutClaim
 
+DEMO_OUT_HELP = (
+    "Where the report and figure go (default: the demo folder in the anchorlens cache, "
+    "$ANCHORLENS_CACHE/demo, replaced on every run; an --out you name is never replaced without --force)."
+)
+
+
+def demo_dir() -> Path:
+    """The demo's default output folder: ``demo`` beside the model cache (``$ANCHORLENS_CACHE``, else ~/.cache/anchorlens)."""
+    from anchorlens.models.embedded import cache_root
+
+    return cache_root() / "demo"
+
+
+def claim_demo_out(out: Path | None, force: bool) -> tuple[OutClaim, bool]:
+    """Claim the demo's output folder before any work: (claim, whether a previous demo run there is replaced).
+
+    The default folder belongs to the demo: its previous demo run is replaced, anything else in it
+    (a file the user put there, another kind of run) is refused. A named ``--out`` follows the rules
+    of every command (refused if it holds a run, unless ``--force``).
+    """
+    from anchorlens.rundir import run_kind, run_state
+
+    if out is not None:
+        claim = OutputOptions(out, force).claim("demo")
+        assert claim is not None  # the demo is never run under torchrun
+        return claim, False
+    target = demo_dir()
+    state = run_state(target)
+    if state == "foreign":
+        raise UsageError(
+            f"{target} holds files the demo did not write, and the demo never deletes them: "
+            "pass --out DIR for the demo's report (or move them)"
+        )
+    kind = run_kind(target) if state in ("finished", "unfinished") else None
+    if kind not in (None, "demo"):
+        raise UsageError(f"{target} holds a {kind} run, not the demo's; pass --out DIR for the demo's report")
+    claim = OutputOptions(target, True).claim("demo")
+    assert claim is not None
+    return claim, state in ("finished", "unfinished")
+
 
 @app.command()
 @cli_command
-def demo(model: ModelOptions, data: TruncatedDataOptions, batch: BatchOptions) -> None:
-    """Per-layer attention to the first token and to structural tokens on bundled examples."""
-    inputs = data.read()
-    from anchorlens.workflows.demo import format_table, per_layer_table
-    from anchorlens.workflows.statistics import capture_statistics
+def demo(
+    model: ModelOptions,
+    data: DataOptions,
+    batch: BatchOptions,
+    ckpt: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ckpt",
+            help="Checkpoints to compare (repeat; default: base and instance, the training-free anchor at "
+            "position 0; e.g. add --ckpt prompt:n=20 for an untrained soft prompt).",
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help=DEMO_OUT_HELP)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an earlier anchorlens run in a named --out.")] = False,
+) -> None:
+    """Compare the base with an instance token on bundled RTE examples: where input attention goes, per layer."""
+    if ckpt is not None and len(ckpt) < 2:
+        raise UsageError("the demo compares at least two --ckpt (e.g. --ckpt base --ckpt instance)")
+    claim, replacing = claim_demo_out(out, force)  # before any heavy import or work
+    with claim:
+        inputs = data.read()
+        from anchorlens.reports.demo import FIGURE, PART_NOTE, finding, per_layer_table, side_by_side, write_demo
+        from anchorlens.workflows.demo import DEMO_CHECKPOINTS, run_demo
 
-    with stage(f"loading {model.base}"):
-        base = model.load()
-    with stage(f"capturing attention on {inputs.task.name} ({inputs.source})", total=len(inputs.examples)) as bar:
-        metrics = capture_statistics(
-            base, inputs, batch_size=batch.size(model.device), max_length=data.max_length, progress=bar
-        )
-    title = f"{model.base} on {len(inputs.examples)} {inputs.task.name} examples: mean over examples and heads"
-    typer.echo(format_table(per_layer_table(metrics), title))
+        specs = list(ckpt or DEMO_CHECKPOINTS)
+
+        where = f"{len(inputs.examples)} {inputs.task.name} examples ({inputs.source})"
+        with stage(f"comparing {' and '.join(specs)} on {where}"):
+            result = run_demo(
+                specs,
+                batch_size=batch.size(model.device),
+                progress=True,
+                **model.workflow_kwargs(),
+                **data.workflow_kwargs(),
+            )
+        table = per_layer_table(result)
+        with stage("writing report.html and the figure"):
+            path = write_demo(result, table, claim)
+    typer.echo(f"{model.base} on {where}")
+    typer.echo(textwrap.fill(PART_NOTE, width=100))
+    typer.echo(side_by_side(table, result.checkpoints))
+    for name in result.checkpoints[1:]:
+        typer.echo(finding(result, name))
+    typer.echo(f"report: {path / 'report.html'}")
+    typer.echo(f"figure: {path / FIGURE}" + ("  (the previous demo run there was replaced)" if replacing else ""))
 
 
 @app.command()
@@ -58,7 +131,13 @@ def compare(
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
     map_example: Annotated[
-        int, typer.Option("--map-example", min=0, help="Index of the example drawn in the attention-map figure.")
+        int,
+        typer.Option(
+            "--map-example",
+            parser=at_least(0),
+            metavar="INDEX",
+            help="Index of the example drawn in the attention-map figure.",
+        ),
     ] = 0,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
@@ -87,7 +166,7 @@ def _compare(
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
     from anchorlens.reports.comparison import write_comparison
-    from anchorlens.reports.tables import headline_grid, to_text
+    from anchorlens.reports.tables import headline_grid, present_roles, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
     started = rt.init_if_needed()  # under torchrun / accelerate launch: examples are sharded across ranks
@@ -105,7 +184,7 @@ def _compare(
         if rt.is_main() and claim is not None:
             with stage("writing tables, figures and report.html"):
                 write_comparison(result, claim, **figures.writer_kwargs())
-            typer.echo(to_text(headline_grid(result.headline, result.checkpoints)))
+            typer.echo(to_text(headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))))
             typer.echo(f"wrote {claim.path}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
         rt.barrier()
     finally:
@@ -187,7 +266,9 @@ def capture(
     select: SelectionOptions,
     batch: BatchOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-capture")),
-    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="Examples per saved progress shard.")] = 32,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", parser=at_least(1), metavar="N", help="Examples per saved progress shard.")
+    ] = 32,
     no_progress: Annotated[bool, typer.Option("--no-progress", help="No progress bar.")] = False,
 ) -> None:
     """Stream attention statistics into OUT/metrics.parquet; sharded under torchrun, resumable after a kill.

@@ -29,6 +29,7 @@ from typing import Annotated, Any, get_type_hints
 import typer
 
 from anchorlens.atomic import os_errors
+from anchorlens.cli.values import at_least, positive, whole_number
 from anchorlens.errors import AnchorlensError, UsageError
 from anchorlens.rundir import OutClaim
 
@@ -56,7 +57,13 @@ FieldMap_ = Annotated[
 ]
 N_ = Annotated[
     int | None,
-    typer.Option("--n", "--limit", min=1, help="Use the first N examples (--limit under torchrun, which claims --n)."),
+    typer.Option(
+        "--n",
+        "--limit",
+        parser=at_least(1),
+        metavar="N",
+        help="Use the first N examples (--limit under torchrun, which claims --n).",
+    ),
 ]
 Ckpts_ = Annotated[
     list[str],
@@ -205,7 +212,8 @@ class TruncatedDataOptions(DataOptions):
         int | None,
         typer.Option(
             "--max-length",
-            min=2,
+            parser=at_least(2),
+            metavar="TOKENS",
             help="Truncate inputs (longest field first) "
             "to this many tokens (default: 384 for train/evaluate/sweeps, "
             "the base's context for capture).",
@@ -246,7 +254,8 @@ class BatchOptions:
         int | None,
         typer.Option(
             "--batch-size",
-            min=1,
+            parser=at_least(1),
+            metavar="N",
             help=f"Examples per forward pass (default {CPU_BATCH_SIZE} on CPU, {ACCELERATOR_BATCH_SIZE} on a GPU).",
         ),
     ] = None
@@ -300,15 +309,21 @@ class TrainingOptions:
     """Optimizer settings shared by train and sweep length (one default for both)."""
 
     steps: Annotated[
-        int | None, typer.Option("--steps", min=1, help="Optimizer steps (default 250 unless --epochs).")
+        int | None,
+        typer.Option("--steps", parser=at_least(1), metavar="N", help="Optimizer steps (default 250 unless --epochs)."),
     ] = None
     lr: Annotated[
         float | None,
         typer.Option(
-            "--lr", help="Learning rate (positive; default: the training default, DEFAULT_LR of anchorlens.training)."
+            "--lr",
+            parser=positive,
+            metavar="LR",
+            help="Learning rate (positive; default: the training default, DEFAULT_LR of anchorlens.training).",
         ),
     ] = None
-    seed: Annotated[int, typer.Option("--seed", help="Seed for init, split and data order.")] = 0
+    seed: Annotated[
+        int, typer.Option("--seed", parser=whole_number, metavar="SEED", help="Seed for init, split and data order.")
+    ] = 0
 
     def train_kwargs(self) -> dict[str, Any]:
         """Keywords for the train workflow: the values given; unset ones keep the workflow's own defaults."""

@@ -1,4 +1,4 @@
-"""Figures for anchorlens metrics: attention maps, layer curves, head grids, role flow, position sweeps.
+"""Figures for anchorlens metrics: attention budget, maps, layer curves, head grids, role flow, sweeps.
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no backend switch,
 no ``plt.show``); save it with :func:`save_figure` or embed it with :func:`figure_to_png_bytes`.
@@ -6,7 +6,10 @@ no ``plt.show``); save it with :func:`save_figure` or embed it with :func:`figur
 
 from __future__ import annotations
 
+from anchorlens.figures._labels import measure_label
+from anchorlens.figures._roles import ordered_roles, role_palette
 from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, ROLE_COLORS, clean_token
+from anchorlens.figures.budget import attention_budget
 from anchorlens.figures.curves import layer_curves
 from anchorlens.figures.heads import head_diff_grid, head_grid, head_grids, head_range
 from anchorlens.figures.maps import AveragedStackMaps, anchor_tokens, attention_map_figure, average_maps_aligned
@@ -21,6 +24,7 @@ __all__ = [
     "MAP_CMAP",
     "ROLE_COLORS",
     "anchor_tokens",
+    "attention_budget",
     "attention_map_figure",
     "average_maps_aligned",
     "clean_token",
@@ -30,8 +34,11 @@ __all__ = [
     "head_grids",
     "head_range",
     "layer_curves",
+    "measure_label",
+    "ordered_roles",
     "position_sweep",
     "role_flow_heatmaps",
+    "role_palette",
     "save_figure",
     "sweep_curve",
 ]

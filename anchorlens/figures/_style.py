@@ -1,4 +1,4 @@
-"""Shared look of every figure: role colours, palettes, colormaps, token labels, figure creation.
+"""Shared look of every figure: the theme, series palettes, colormaps, token labels, figure creation.
 
 Figures are made with ``matplotlib.figure.Figure`` plus an Agg canvas, never through pyplot, so
 importing this package never switches the backend (a Jupyter inline backend stays as it is),
@@ -20,7 +20,7 @@ import seaborn as sns
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from anchorlens.roles.kinds import GUIDANCE_ROLES, ROLE_NAMES, Role
+from anchorlens.figures._roles import BUILTIN_COLORS, GUIDANCE_NAMES, role_name
 
 THEME: dict = {
     "context": "paper",
@@ -38,22 +38,12 @@ THEME: dict = {
 }
 sns.set_theme(**THEME)
 
-# One colour per role, everywhere (seaborn "colorblind" palette).
-_CB = sns.color_palette("colorblind").as_hex()
 # Series (checkpoint) colours: the colorblind palette reordered so neighbours differ in hue and
 # lightness (orange and vermillion, alike for many readers, are never the first five together).
 _SERIES_ORDER = (0, 1, 2, 4, 5, 9, 7, 3, 6, 8)
 SERIES_MARKERS: tuple[str, ...] = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 MAX_COLUMNS = 3  # multi-panel figures wrap into rows of at most this many panels
-ROLE_COLORS: dict[str, str] = {
-    Role.SPECIAL.label: _CB[7],  # grey
-    Role.STRUCTURAL.label: _CB[1],  # orange
-    Role.CONTENT.label: _CB[0],  # blue
-    Role.SOFT_PROMPT.label: _CB[2],  # green
-    Role.INSTANCE.label: _CB[4],  # purple
-    Role.CAPSULE.label: _CB[3],  # vermillion
-}
-GUIDANCE_NAMES: tuple[str, ...] = tuple(r.label for r in GUIDANCE_ROLES)
+ROLE_COLORS: dict[str, str] = BUILTIN_COLORS  # the built-in roles' fixed colours (other roles: role_palette)
 MAP_CMAP = "mako_r"  # perceptually uniform sequential; 0 is near-white
 DIFF_CMAP = "vlag"  # diverging, used symmetric around 0
 NAMED_POSITIONS: tuple[str, ...] = ("first", "after_structural", "middle", "last")
@@ -71,28 +61,6 @@ def suptitle(fig: Figure, text: str, fontsize: float = 11.0) -> None:
     chars = max(20, int(fig.get_figwidth() * 72.0 / (0.55 * fontsize)))
     lines = [w for line in text.split("\n") for w in (textwrap.wrap(line, chars) or [""])]
     fig.suptitle("\n".join(lines), fontsize=fontsize)
-
-
-def role_name(role: object) -> str:
-    """Role label (``"structural"``) from a Role, its int value or its name."""
-    if isinstance(role, Role):
-        return role.label
-    if isinstance(role, (int,)) or (hasattr(role, "__int__") and not isinstance(role, str)):
-        value = int(role)
-        return Role(value).label if 0 <= value < len(Role) else f"role {value}"  # TODO(merge): names from the maps
-    return str(role).strip().lower()
-
-
-def role_color(role: object) -> str:
-    """Colour of one role (grey for unknown names)."""
-    return ROLE_COLORS.get(role_name(role), "#555555")
-
-
-def ordered_roles(names: Iterable[str]) -> list[str]:
-    """Role names in ``Role`` order; unknown names last, alphabetically."""
-    present = {str(n) for n in names if str(n) != ""}
-    known = [r for r in ROLE_NAMES if r in present]
-    return known + sorted(present - set(known))
 
 
 def series_colors(names: Sequence[str]) -> dict[str, tuple[float, float, float]]:
@@ -133,15 +101,6 @@ def panel_grid(fig: Figure, n: int, max_columns: int = MAX_COLUMNS, **kw) -> lis
     for ax in axes[n:]:
         ax.remove()
     return axes[:n]
-
-
-def end_ticks(cbar, lo: float, hi: float, fmt: str = "{:.3g}") -> None:
-    """Colour bar ticks that always include both ends, labelled with their values."""
-    inner = [t for t in cbar.get_ticks() if lo < t < hi]
-    span = hi - lo
-    inner = [t for t in inner if min(t - lo, hi - t) > 0.08 * span] if span > 0 else []
-    ticks = [lo, *inner, hi]
-    cbar.set_ticks(ticks, labels=[fmt.format(t) for t in ticks])
 
 
 _REPLACE = {
@@ -187,23 +146,6 @@ def label_fontsize(n_labels: int, length_in: float, largest: float = 8.0, smalle
     if n_labels <= 0:
         return largest
     return max(smallest, min(largest, 0.8 * 72.0 * length_in / n_labels))
-
-
-LABELS: dict[str, str] = {
-    "k": "instance tokens (k)",
-    "length": "soft-prompt length (tokens)",
-    "accuracy": "accuracy",
-    "first_token_mass": "attention to position 0",
-    "anchor_structural": "anchor → structural attention",
-    "num_trainable": "trainable parameters",
-    "time_per_step_s": "time per step (s)",
-    "best_eval_accuracy": "best eval accuracy",
-}
-
-
-def pretty(name: str) -> str:
-    """Human text from a snake_case metric or column name (known names get their label)."""
-    return LABELS.get(str(name), str(name).replace("_", " "))
 
 
 def runs(positions: Sequence[int]) -> list[tuple[int, int]]:

@@ -6,20 +6,21 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
+from matplotlib.ticker import FixedLocator, MaxNLocator
 
 from anchorlens.figures._frames import HeadChoice, filter_eq, pick_head, require_single, summarize
-from anchorlens.figures._style import (
-    dodge,
-    new_figure,
-    pretty,
-    series_colors,
-    series_markers,
-    series_order,
-    suptitle,
-)
+from anchorlens.figures._labels import frame_measure_label, measure_text, single
+from anchorlens.figures._style import dodge, new_figure, series_colors, series_markers, series_order, suptitle
 
 _ANCHOR_METRICS = ("anchor_mass", "first_token_mass")
+
+
+def _layer_axis(ax, layers: pd.Series) -> None:
+    """Whole-number layer ticks inside the drawn layers (no tick at -1 or past the last layer)."""
+    lo, hi = int(layers.min()), int(layers.max())
+    ax.set_xlim(lo - 0.5, hi + 0.5)
+    ticks = [int(t) for t in MaxNLocator(integer=True).tick_values(lo, hi) if lo <= t <= hi]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
 
 
 def layer_curves(
@@ -34,6 +35,7 @@ def layer_curves(
     order: Sequence[str] | None = None,
     title: str | None = None,
     anchors: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Figure:
     """Per-layer mean with 95% CI band, one line per ``by`` value; rows per metric, columns per stack.
 
@@ -41,6 +43,8 @@ def layer_curves(
     summarised over examples (percentile bootstrap) here. Lines follow ``order`` (default: order of first
     appearance, i.e. the ``--ckpt`` order). ``anchors`` maps each series to the token at position 0
     (see :func:`anchor_tokens`): the anchor-mass axis and the legend then say which token it is.
+    Axis labels name each measure and its unit from the rows' metric and roles; ``labels`` (metric ->
+    axis label) overrides them, e.g. for headline rows whose ``metric`` column holds their label.
     """
     metrics = [metric] if isinstance(metric, str) else list(metric)
     df = filter_eq(summary_df, "metric", metrics)
@@ -59,6 +63,12 @@ def layer_curves(
     if s.duplicated(facet + [by, "layer"]).any():
         raise ValueError("several summary rows per layer; filter the frame (e.g. by head or role) first")
 
+    axis, texts = {}, {}
+    for m in metrics:  # axis text from each metric's rows: measure and unit (roles read from the rows)
+        rows = df[df["metric"] == m] if "metric" in df.columns else df
+        axis[m] = (labels or {}).get(m) or frame_measure_label(rows, m, query_role, key_role)
+        given = m if labels and m in labels else None
+        texts[m] = given or measure_text(m, single(rows, "query_role", query_role), single(rows, "key_role", key_role))
     present = set(map(str, s[by]))
     series = [n for n in series_order(df[by], order) if n in present]
     colors, markers = series_colors(series), series_markers(series)
@@ -80,13 +90,13 @@ def layer_curves(
                 ax.plot(x, line["mean"], marker=markers[name], ms=4, lw=1.6, color=colors[name], label=label)
                 if {"ci_lo", "ci_hi"} <= set(line.columns):
                     ax.fill_between(x, line["ci_lo"], line["ci_hi"], color=colors[name], alpha=0.2, lw=0)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            _layer_axis(ax, s["layer"])
             ax.grid(alpha=0.3, lw=0.5)
             if n_r * n_c > 1:
-                ax.set_title(pretty(m) + (f" ({st} stack)" if st is not None and n_c > 1 else ""), fontsize=10)
+                ax.set_title(texts[m] + (f" ({st} stack)" if st is not None and n_c > 1 else ""), fontsize=10)
             if c == 0:
                 anchor_note = "\n(attention to position 0)" if m in _ANCHOR_METRICS and anchors else ""
-                ax.set_ylabel(pretty(m) + anchor_note)
+                ax.set_ylabel(axis[m] + anchor_note)
             if r == n_r - 1:
                 ax.set_xlabel("layer")
     handles, labels = axes[0][0].get_legend_handles_labels()
@@ -94,5 +104,5 @@ def layer_curves(
     fig.legend(handles, labels, loc="outside right center", title=by, fontsize=8, title_fontsize=9, frameon=False)
     ns = sorted({int(v) for v in s["n"].dropna()}) if "n" in s.columns else []
     note = "shaded: 95% bootstrap CI" + (f" over n = {ns[0]} examples" if len(ns) == 1 else " over examples")
-    suptitle(fig, (title or "Per-layer " + ", ".join(pretty(m) for m in metrics)) + f"\n{note}")
+    suptitle(fig, (title or "Per-layer " + ", ".join(texts[m] for m in metrics)) + f"\n{note}")
     return fig

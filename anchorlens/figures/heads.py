@@ -14,17 +14,9 @@ from matplotlib.figure import Figure
 
 from anchorlens.analyses.frames import per_head
 from anchorlens.figures._frames import filter_eq, require_single, value_column
-from anchorlens.figures._style import (
-    DIFF_CMAP,
-    MAP_CMAP,
-    end_ticks,
-    grid_shape,
-    new_figure,
-    panel_grid,
-    pretty,
-    series_order,
-    suptitle,
-)
+from anchorlens.figures._labels import frame_measure_label, measure_text, single
+from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, grid_shape, new_figure, panel_grid, series_order, suptitle
+from anchorlens.figures._ticks import nice_range, set_colorbar_ticks
 
 _ANNOTATE_MAX_CELLS = 160
 # (minuend, subtrahend) columns naming what ``diff`` compares: compare_frames gives checkpoint - baseline.
@@ -48,8 +40,26 @@ def _prepare(
 
 
 def _grid(part: pd.DataFrame, column: str) -> pd.DataFrame:
-    """Layer (rows) x head (columns) table of the mean of ``column``."""
-    return part.groupby(["layer", "head"])[column].mean().unstack("head").sort_index().sort_index(axis=1)
+    """Layer (rows) x head (columns) table of the mean of ``column``, labelled by integer layer and head."""
+    grid = part.groupby(["layer", "head"])[column].mean().unstack("head").sort_index().sort_index(axis=1)
+    grid.index = pd.Index([int(v) for v in grid.index], name="layer")
+    grid.columns = pd.Index([int(v) for v in grid.columns], name="head")  # nullable heads unstack as floats
+    return grid
+
+
+def _scale(lo: float, hi: float, vmin: float | None, vmax: float | None) -> tuple[float, float, list[float]]:
+    """Colour limits and ticks: nice numbers around the data, or the given limits with nice ticks inside."""
+    if vmin is None and vmax is None:
+        return nice_range(lo, hi)
+    low, high = float(lo if vmin is None else vmin), float(hi if vmax is None else vmax)
+    _, _, ticks = nice_range(low, high)
+    inside = [t for t in ticks if low - 1e-12 <= t <= high + 1e-12]
+    return low, high, inside or [low, high]
+
+
+def _roles_of(part: pd.DataFrame, query_role: str | None, key_role: str | None) -> tuple[str | None, str | None]:
+    """The query and key role a per-head figure shows (read from its rows when not given)."""
+    return single(part, "query_role", query_role), single(part, "key_role", key_role)
 
 
 def _cell_fontsize(grid: pd.DataFrame, width_in: float) -> float:
@@ -96,22 +106,25 @@ def head_grid(
     part, stacks = _prepare(part, metric, stack, query_role, key_role)
     col = value_column(part)
     grids = [_grid(part[part["stack"] == st] if st is not None else part, col) for st in stacks]
-    lo = float(min(np.nanmin(g.to_numpy(dtype=float)) for g in grids)) if vmin is None else float(vmin)
-    hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids)) if vmax is None else float(vmax)
+    data_lo = float(min(np.nanmin(g.to_numpy(dtype=float)) for g in grids))
+    data_hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids))
+    lo, hi, ticks = _scale(data_lo, data_hi, vmin, vmax)
+    label = frame_measure_label(part, metric, query_role, key_role)
     width = max(4.5, 0.45 * max(g.shape[1] for g in grids) + 1.8)
     height = max(3.0, 0.28 * max(g.shape[0] for g in grids) + 1.4)
     fig = new_figure(width * len(grids), height)
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for ax, st, g in zip(axes, stacks, grids):
-        _heatmap(ax, g, lo, hi, width, annotate, cbar_kws={"label": pretty(metric), "shrink": 0.9})
-        end_ticks(ax.collections[0].colorbar, lo, hi)
+        _heatmap(ax, g, lo, hi, width, annotate, cbar_kws={"label": label, "shrink": 0.9})
+        set_colorbar_ticks(ax.collections[0].colorbar, ticks)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
         ax.set_title(f"{st} stack" if st is not None else "", fontsize=10)
     n = part["example"].nunique() if "example" in part.columns else None
     note = f"mean over {n} examples" if n else "mean"
-    suptitle(fig, f"{title or pretty(metric) + ' per head'} — {checkpoint}\n{note}")
+    what = measure_text(metric, *_roles_of(part, query_role, key_role))
+    suptitle(fig, f"{title or what + ' per head'} — {checkpoint}\n{note}")
     return fig
 
 
@@ -158,7 +171,8 @@ def head_grids(
         raise ValueError(f"several stacks ({', '.join(map(str, stacks))}); pass stack=...")
     col = value_column(part)
     grids = [_grid(part[part["checkpoint"].astype(str) == n], col) for n in names]
-    lo, hi = head_range(part, metric, names)
+    lo, hi, ticks = nice_range(*head_range(part, metric, names))
+    label = frame_measure_label(part, metric, query_role, key_role)
     width = max(3.2, 0.45 * max(g.shape[1] for g in grids) + 1.0)
     height = max(2.4, 0.28 * max(g.shape[0] for g in grids) + 1.0)
     rows, cols = grid_shape(len(names))
@@ -174,17 +188,13 @@ def head_grids(
         ScalarMappable(norm=mcolors.Normalize(lo, hi), cmap=MAP_CMAP),
         ax=axes,
         shrink=0.85,
-        label=pretty(metric) + " (one scale for all panels)",
+        label=label + ("\none scale for all panels" if len(names) > 1 else ""),
     )
-    end_ticks(cbar, lo, hi)
+    set_colorbar_ticks(cbar, ticks)
     n = part["example"].nunique() if "example" in part.columns else None
     where = f"{stacks[0]} stack, " if stacks[0] is not None else ""
-    suptitle(
-        fig,
-        f"{title or pretty(metric) + ' per head'}\n{where}mean over {n} examples"
-        if n
-        else f"{title or pretty(metric) + ' per head'}",
-    )
+    heading = title or measure_text(metric, *_roles_of(part, query_role, key_role)) + " per head"
+    suptitle(fig, f"{heading}\n{where}mean over {n} examples" if n else heading)
     return fig
 
 
@@ -223,6 +233,8 @@ def head_diff_grid(
     )
     if bound is None:
         bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
+    _, bound, ticks = nice_range(-bound, bound, symmetric=True)
+    label = "Δ " + frame_measure_label(part, metric, query_role, key_role)
     width = max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8)
     height = max(3.0, 0.28 * max(g.shape[0] for g in diffs) + 1.4)
     fig = new_figure(width * len(diffs), height)
@@ -239,9 +251,9 @@ def head_diff_grid(
             annot=False,
             linewidths=0.3,
             linecolor="white",
-            cbar_kws={"label": f"Δ {pretty(metric)}", "shrink": 0.9},
+            cbar_kws={"label": label, "shrink": 0.9},
         )
-        end_ticks(ax.collections[0].colorbar, -bound, bound)
+        set_colorbar_ticks(ax.collections[0].colorbar, ticks)
         fs = _cell_fontsize(d, width)
         values = d.to_numpy(dtype=float)
         for i in range(d.shape[0]):
@@ -272,6 +284,7 @@ def head_diff_grid(
     versus = f"\nΔ = {pair[0]} − {pair[1]}" if pair else ""
     suptitle(
         fig,
-        f"{title or 'Paired difference in ' + pretty(metric)}{versus}\n* q < {alpha:g} (Benjamini–Hochberg adjusted)",
+        f"{title or 'Paired difference in ' + measure_text(metric, *_roles_of(part, query_role, key_role))}{versus}"
+        f"\n* q < {alpha:g} (Benjamini–Hochberg adjusted)",
     )
     return fig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -17,23 +18,20 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.transforms import blended_transform_factory
 
 from anchorlens.capture.maps import AttentionMaps, StackMaps
+from anchorlens.figures._roles import GUIDANCE_NAMES, ordered_roles, role_color, role_labels, role_name, role_palette
 from anchorlens.figures._style import (
-    GUIDANCE_NAMES,
     MAP_CMAP,
-    ROLE_COLORS,
     clean_token,
-    end_ticks,
     grid_shape,
     label_fontsize,
     new_figure,
     panel_grid,
     pick_ticks,
-    role_color,
-    role_name,
     runs,
     suptitle,
 )
-from anchorlens.roles.kinds import Role
+from anchorlens.figures._ticks import log_ticks, nice_range, set_colorbar_ticks
+from anchorlens.roles.kinds import ROLE_NAMES
 
 
 class StackMapsLike(Protocol):
@@ -77,8 +75,19 @@ def _np(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def _roles(x: Any) -> list[int]:
-    return [int(r) for r in _np(x).tolist()]
+def _role_values(x: Any) -> list[Any]:
+    """A maps' role sequence as plain values (the ints of its role tensor), for comparing and averaging."""
+    return list(x.tolist() if hasattr(x, "tolist") else x)
+
+
+def _roles(x: Any, maps: Any = None) -> list[str]:
+    """Role labels of a maps' role sequence: its ids named by the maps' own ``role_names`` (the run's roles, those a
+    task added included), else built-in Role ints or names as given."""
+    values = x.tolist() if hasattr(x, "tolist") else list(x)
+    names = getattr(maps, "role_names", None)
+    if names is not None and all(isinstance(v, int) and 0 <= v < len(names) for v in values):
+        return [names[v] for v in values]
+    return role_labels(values)
 
 
 def _select(values: np.ndarray, axis_ids: Sequence[int], sel: Selector, what: str) -> tuple[np.ndarray, str]:
@@ -121,7 +130,7 @@ MASK_FACE, MASK_EDGE, MASK_HATCH = "#e4e4e4", "#b0b0b0", "////"  # masked cells:
 BRACKET_MIN = 3  # runs of at least this many identical guidance tokens get one bracket label
 
 
-def guidance_runs(tokens: Sequence[str], roles: Sequence[int]) -> list[tuple[int, int]]:
+def guidance_runs(tokens: Sequence[str], roles: Sequence[object]) -> list[tuple[int, int]]:
     """(start, length) of runs of >= BRACKET_MIN positions with one guidance role and one token text."""
     out: list[tuple[int, int]] = []
     i, n = 0, len(roles)
@@ -136,7 +145,7 @@ def guidance_runs(tokens: Sequence[str], roles: Sequence[int]) -> list[tuple[int
 
 
 def tick_plan(
-    tokens: Sequence[str], roles: Sequence[int], max_labels: int
+    tokens: Sequence[str], roles: Sequence[object], max_labels: int
 ) -> tuple[list[int], list[str], list[tuple[int, int]], int]:
     """(tick positions, labels, bracketed runs, step): a run of identical guidance tokens gets one
     label at its middle (``<soft_prompt> ×100``) and a bracket; other positions are thinned as usual."""
@@ -164,7 +173,7 @@ def _bracket(ax: Any, axis: str, start: int, length: int, color: str) -> None:
 
 
 def _style_ticks(
-    ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[int], size_in: float, max_labels: int
+    ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[str], size_in: float, max_labels: int, palette: dict
 ) -> int:
     """Thinned, cleaned, role-coloured tick labels on one axis (guidance runs bracketed); returns the step."""
     ticks, labels, brackets, step = tick_plan(tokens, roles, max_labels)
@@ -176,15 +185,15 @@ def _style_ticks(
         ax.set_yticks(ticks, labels, fontsize=fs)
         tick_labels = ax.get_yticklabels()
     for t, i in zip(tick_labels, ticks):
-        t.set_color(role_color(roles[i]))
+        t.set_color(role_color(roles[i], palette))
         if role_name(roles[i]) in GUIDANCE_NAMES:
             t.set_fontweight("bold")
     for start, length in brackets:
-        _bracket(ax, axis, start, length, role_color(roles[start]))
+        _bracket(ax, axis, start, length, role_color(roles[start], palette))
     return step
 
 
-def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
+def _outline(ax: Any, k_roles: Sequence[str], q_roles: Sequence[str]) -> None:
     """Thick box around guidance key columns (rows if only queries are guidance); dashed structural boxes."""
     n_q, n_k = len(q_roles), len(k_roles)
     for name in GUIDANCE_NAMES:
@@ -193,10 +202,8 @@ def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
         # key columns when the guidance has keys, else its query rows
         boxes = [((s - 0.5, -0.5), n, n_q) for s, n in runs(kpos)] or [((-0.5, s - 0.5), n_k, n) for s, n in runs(qpos)]
         for xy, w, h in boxes:
-            ax.add_patch(
-                Rectangle(xy, w, h, fill=False, lw=2.0, ec=ROLE_COLORS[name], zorder=4, gid=f"guidance:{name}")
-            )
-    spos = [i for i, r in enumerate(k_roles) if int(r) == int(Role.STRUCTURAL)]
+            ax.add_patch(Rectangle(xy, w, h, fill=False, lw=2.0, ec=role_color(name), zorder=4, gid=f"guidance:{name}"))
+    spos = [i for i, r in enumerate(k_roles) if r == "structural"]
     for start, length in runs(spos):
         ax.add_patch(
             Rectangle(
@@ -206,7 +213,7 @@ def _outline(ax: Any, k_roles: Sequence[int], q_roles: Sequence[int]) -> None:
                 fill=False,
                 lw=0.7,
                 ls=(0, (3, 2)),
-                ec=ROLE_COLORS["structural"],
+                ec=role_color("structural"),
                 zorder=3,
                 gid="structural",
             )
@@ -227,9 +234,12 @@ def _norm(scale: str, vmax: float, positives: np.ndarray) -> mcolors.Normalize:
         return mcolors.Normalize(vmin=0.0, vmax=vmax)
     if scale == "sqrt":
         return mcolors.PowerNorm(gamma=0.5, vmin=0.0, vmax=vmax)
-    if scale == "log":
+    if scale == "log":  # whole decades at both ends, so the ticks are 10^k
         lo = float(np.quantile(positives, 0.01)) if positives.size else vmax * 1e-4
-        return mcolors.LogNorm(vmin=max(lo, vmax * 1e-4), vmax=vmax, clip=True)
+        lo = max(lo, vmax * 1e-4)
+        return mcolors.LogNorm(
+            vmin=10.0 ** math.floor(math.log10(lo)), vmax=10.0 ** math.ceil(math.log10(vmax)), clip=True
+        )
     raise ValueError(f"scale must be 'linear', 'sqrt' or 'log'; got {scale!r}")
 
 
@@ -269,9 +279,18 @@ def attention_map_figure(
         panels.append((str(name), sm, qk, parts))
 
     data_max = max(float(np.nanmax(p[2])) if p[2].size else 0.0 for p in panels)
-    top = float(vmax) if vmax is not None else (data_max if data_max > 0 else 1.0)
+    if vmax is not None:
+        top = float(vmax)
+    else:  # the scale ends on a nice number above the data (0.97 -> 1.0), never on the raw maximum
+        top = nice_range(0.0, data_max if data_max > 0 else 1.0)[1] if scale != "log" else (data_max or 1.0)
     positives = np.concatenate([p[2][p[2] > 0].ravel() for p in panels])
     norm = _norm(scale, top, positives)
+    if scale == "log":
+        ticks = log_ticks(float(norm.vmin or top * 1e-4), float(norm.vmax or top))
+    else:
+        ticks = [t for t in nice_range(0.0, top)[2] if t <= top + 1e-12]
+    names = ordered_roles(r for _, sm, _, _ in panels for r in _roles(sm.k_roles, sm) + _roles(sm.q_roles, sm))
+    palette = role_palette(names)  # roles as the maps name them; built-ins keep their colours
 
     if panel_size is None:
         longest = max(max(p[2].shape) for p in panels)
@@ -285,7 +304,7 @@ def attention_map_figure(
     image = None
     steps = []
     for ax, (name, sm, qk, parts) in zip(axes, panels):
-        q_roles, k_roles = _roles(sm.q_roles), _roles(sm.k_roles)
+        q_roles, k_roles = _roles(sm.q_roles, sm), _roles(sm.k_roles, sm)
         shown = _mask_causal(qk)
         ax.grid(False)
         if np.ma.is_masked(shown):  # transparent masked cells show this hatched layer
@@ -304,8 +323,8 @@ def attention_map_figure(
             )
         image = ax.imshow(shown, cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
         _outline(ax, k_roles, q_roles)
-        steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels))
-        steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, panel_size, max_labels))
+        steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels, palette))
+        steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, panel_size, max_labels, palette))
         ax.tick_params(length=2, pad=1)
         ax.set_xlabel("key position (attended to)", labelpad=8)
         ax.set_ylabel("query position (attending)", labelpad=8)
@@ -314,24 +333,21 @@ def attention_map_figure(
     assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
     cbar.set_label(
-        "attention probability"
-        + ("" if scale == "linear" else f" ({scale} scale)")
-        + (" — one scale for all panels" if n > 1 else "")
+        "query → key attention (probability)"
+        + ("" if scale == "linear" else f", {scale} colour scale")
+        + ("\none scale for all panels" if n > 1 else "")
     )
-    end_ticks(cbar, float(norm.vmin or 0.0), float(norm.vmax or top))
+    set_colorbar_ticks(cbar, ticks, log=scale == "log")
 
-    present = {role_name(r) for _, sm, _, _ in panels for r in _roles(sm.k_roles) + _roles(sm.q_roles)}
     handles: list[Artist] = [
-        Line2D([], [], color=ROLE_COLORS[r], lw=2.0, label=f"{r} (outlined)") for r in GUIDANCE_NAMES if r in present
+        Line2D([], [], color=palette[r], lw=2.0, label=f"{r} (outlined)") for r in names if r in GUIDANCE_NAMES
     ]
-    if "structural" in present:
-        handles.append(
-            Line2D([], [], color=ROLE_COLORS["structural"], lw=1.0, ls=(0, (3, 2)), label="structural (dashed)")
-        )
+    if "structural" in names:
+        handles.append(Line2D([], [], color=palette["structural"], lw=1.0, ls=(0, (3, 2)), label="structural (dashed)"))
     handles += [
-        Line2D([], [], color=ROLE_COLORS[r], lw=0, marker="s", label=f"{r} (tick colour)")
-        for r in ("special", "content")
-        if r in present
+        Line2D([], [], color=palette[r], lw=0, marker="s", label=f"{r} (tick colour)")
+        for r in names
+        if r not in GUIDANCE_NAMES and r != "structural"
     ]
     if any(np.ma.is_masked(_mask_causal(p[2])) for p in panels):
         handles.append(
@@ -372,7 +388,7 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
         raise ValueError("no maps to average")
     items = [_as_stack(m, stack) for m in maps]
     ref, _, ref_id = items[0]
-    ref_q, ref_k = _roles(ref.q_roles), _roles(ref.k_roles)
+    ref_q, ref_k = _role_values(ref.q_roles), _role_values(ref.k_roles)
     ref_shape = tuple(_np(ref.probs).shape)
     hint = (
         "averaging positions that play different parts would mix them; pick one example "
@@ -382,11 +398,16 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
         who = f"example {ex_id}" if ex_id is not None else f"maps[{idx}]"
         if list(sm.layers) != list(ref.layers) or list(sm.heads) != list(ref.heads):
             raise ValueError(f"cannot average {who}: it has other layers/heads than maps[0]")
-        for side, mine, theirs in (("query", _roles(sm.q_roles), ref_q), ("key", _roles(sm.k_roles), ref_k)):
+        for side, mine, theirs in (
+            ("query", _role_values(sm.q_roles), ref_q),
+            ("key", _role_values(sm.k_roles), ref_k),
+        ):
             if mine != theirs:
                 raise ValueError(
                     f"cannot average {who} with maps[0]: {side} roles differ ({_differences(theirs, mine)}); {hint}"
                 )
+        if tuple(getattr(sm, "role_names", ())) != tuple(getattr(ref, "role_names", ())):
+            raise ValueError(f"cannot average {who} with maps[0]: they come from runs with other role tables")
         for attr in ("q_fields", "k_fields"):  # field names, when a maps object carries them
             if getattr(sm, attr, None) is not None and list(getattr(sm, attr)) != list(getattr(ref, attr, [])):
                 raise ValueError(f"cannot average {who} with maps[0]: {attr} differ; {hint}")
@@ -401,10 +422,10 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
 
     def tokens(side: str, roles: list[int]) -> list[str]:
         seqs = [list(getattr(sm, f"{side}_tokens")) for sm, _, _ in items]
-        return [
-            seqs[0][i] if all(s[i] == seqs[0][i] for s in seqs) else f"<{role_name(roles[i])}>"
-            for i in range(len(roles))
-        ]
+        names = names_q if side == "q" else names_k
+        return [seqs[0][i] if all(s[i] == seqs[0][i] for s in seqs) else f"<{names[i]}>" for i in range(len(roles))]
+
+    names_q, names_k = _roles(ref.q_roles, ref), _roles(ref.k_roles, ref)
 
     ids: list[Any] = []
     for i, (_, _, ex_id) in enumerate(items):
@@ -420,6 +441,7 @@ def average_maps_aligned(maps: Sequence[MapsInput], *, stack: str | None = None)
         k_roles=torch.as_tensor(ref_k, dtype=torch.long),
         q_tokens=tokens("q", ref_q),
         k_tokens=tokens("k", ref_k),
+        role_names=tuple(getattr(ref, "role_names", ROLE_NAMES)),
         example_ids=ids,
         n_examples=int(weights.sum()),
     )

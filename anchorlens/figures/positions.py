@@ -9,15 +9,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from anchorlens.figures._frames import HeadChoice, filter_eq, is_summary, pick_head, require_single, summarize
-from anchorlens.figures._style import (
-    new_figure,
-    position_key,
-    pretty,
-    series_colors,
-    series_markers,
-    series_order,
-    suptitle,
-)
+from anchorlens.figures._labels import frame_measure_label, measure_text, pretty, single
+from anchorlens.figures._style import new_figure, position_key, series_colors, series_markers, series_order, suptitle
 
 _ACCURACY_COLUMNS = ("accuracy", "mean", "value")
 
@@ -112,13 +105,15 @@ def position_sweep(
     ax.set_xticks(range(len(pos_order)), [pretty(p) for p in pos_order], rotation=20 if len(pos_order) > 4 else 0)
     ax.set_xlim(-0.5, len(pos_order) - 0.5)
     ax.set_xlabel("anchor position")
-    ax.set_ylabel(pretty(metric))
+    label = frame_measure_label(part, metric, query_role, key_role)
+    text = measure_text(metric, single(part, "query_role", query_role), single(part, "key_role", key_role))
+    ax.set_ylabel(label)
     ax.grid(axis="y", alpha=0.3, lw=0.5)
     handles = [Line2D([], [], color=colors[n], lw=2, marker=markers[n], label=str(n)) for n in series]
     if ax2 is not None:
         ax2.set_ylabel("accuracy")
         handles += [
-            Line2D([], [], color="0.3", ls="-", marker="o", label=pretty(metric)),
+            Line2D([], [], color="0.3", ls="-", marker="o", label=text),
             Line2D([], [], color="0.3", ls="--", marker="s", label="accuracy"),
         ]
     fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
@@ -127,5 +122,5 @@ def position_sweep(
         for p in (f"{stack} stack" if stack else "", f"layer {layer}" if layer is not None else "mean over layers")
         if p
     )
-    suptitle(fig, f"{title or pretty(metric) + ' by anchor position'}\n{where}; bars: 95% bootstrap CI")
+    suptitle(fig, f"{title or text + ' by anchor position'}\n{where}; bars: 95% bootstrap CI")
     return fig

@@ -9,7 +9,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
-from anchorlens.figures._style import new_figure, pretty, series_colors, series_markers, series_order, suptitle
+from anchorlens.figures._labels import COLUMN_UNITS, UNITS, pretty
+from anchorlens.figures._style import new_figure, series_colors, series_markers, series_order, suptitle
 
 _CI_CLAIM = re.compile(r"\s*\(?\s*(with\s+)?95%\s*CI\s*\)?", re.IGNORECASE)
 LOG_RATIO = 20.0  # positive numeric x spanning at least this ratio gets a log axis
@@ -87,7 +88,8 @@ def sweep_curve(
             ax.xaxis.set_major_formatter(ScalarFormatter())
             ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel(xlabel or pretty(x))
-    ax.set_ylabel(ylabel or pretty(y))
+    unit = COLUMN_UNITS.get(y) or UNITS.get(y)
+    ax.set_ylabel(ylabel or pretty(y) + (f" ({unit})" if unit else ""))
     ax.grid(alpha=0.3)
     if by is not None:
         ax.legend(frameon=False, fontsize=8)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from transformers.utils import logging as hf_logging
 
+from anchorlens.devices import check_device
 from anchorlens.errors import AnchorlensError, DataError, UnknownNameError, UsageError
 from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
@@ -172,6 +173,7 @@ def load_base(
     HF base across every GPU of the node (``device_map="auto"``). ``available_memory(device)``: free
     bytes of the target (None: unknown); a base estimated larger is refused before loading.
     """
+    device = check_device(device)  # one line for a device this machine lacks, before anything loads
     device_map = "auto" if device == "auto" else None
     hf_logging.disable_progress_bar()
     torch_dtype = parse_dtype(dtype)

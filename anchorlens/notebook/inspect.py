@@ -9,6 +9,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -19,12 +20,14 @@ from anchorlens.analyses import average_heads, default_reducers, metrics_frame
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
-from anchorlens.errors import UsageError
+from anchorlens.errors import ArgumentTypeError, UsageError
 from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.adapters import adapter_for
 from anchorlens.models.base import Base
+from anchorlens.roles.jinja import JinjaTemplate
+from anchorlens.roles.templates import Template
 from anchorlens.tasks import TASKS, Task, get_task
 from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
 
@@ -33,7 +36,7 @@ TOP_ANCHORS = 3
 TEXT_TASK = "text"
 
 
-def _task_for(example: Mapping, task: str | Task | None) -> Task:
+def _task_for(example: Mapping, task: str | Path | Task | None) -> Task:
     """The task named (a built-in name, a task file, a Task), or the first built-in whose fields the example has."""
     if task is not None:
         return get_task(task)
@@ -41,6 +44,38 @@ def _task_for(example: Mapping, task: str | Task | None) -> Task:
         if all(f in example for f in spec.fields):
             return spec
     raise UsageError(f"no task template has the fields {sorted(example)}; pass task=... or a plain string")
+
+
+MODEL_KINDS = "a spec string (e.g. 'instance'), a Base, a GuidedModel, a transformers model or a PEFT model"
+
+
+def _check_model_arg(model_or_spec: Any) -> None:
+    """Refuse what is none of the accepted model kinds, naming the argument and the kinds."""
+    if isinstance(model_or_spec, (str, Base, GuidedModel)) or _is_peft(model_or_spec):
+        return
+    if hasattr(getattr(model_or_spec, "config", None), "model_type"):
+        return
+    shown = repr(model_or_spec)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise ArgumentTypeError(
+        f"inspect(): argument 'model_or_spec' must be {MODEL_KINDS}, got {type(model_or_spec).__name__} {shown}"
+    )
+
+
+def _check_example(example: Mapping, template: Template | JinjaTemplate) -> None:
+    """Every field the template needs is present, not None, and text or a number: a missing field is named as missing."""
+    for name in template.fields:
+        value = example.get(name)
+        if value is None:
+            state = "is missing (its value is None)" if name in example else "is missing"
+            raise UsageError(
+                f"inspect(): field {name!r} of the example {state}; template {template.name!r} needs "
+                f"{', '.join(template.fields)} (give each as text)"
+            )
+        if template.needs_scalars and (isinstance(value, bool) or not isinstance(value, (str, int, float))):
+            raise UsageError(
+                f"inspect(): field {name!r} of the example must be text or a number, got {type(value).__name__}"
+            )
 
 
 def _is_peft(obj: object) -> bool:
@@ -176,7 +211,7 @@ def inspect(
     text_or_example: str | Mapping,
     *,
     tokenizer: Any = None,
-    task: str | Task | None = None,
+    task: str | Path | Task | None = None,
     base: str | Base = "smollm2-135m",
     layers: tuple[int, ...] | None = None,
     heads: tuple[int, ...] | None = None,
@@ -192,12 +227,19 @@ def inspect(
     punct, content). ``chat``/``system``: render through the tokenizer's chat template. ``name`` overrides
     the checkpoint title.
     """
-    model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
+    _check_model_arg(model_or_spec)
+    if not isinstance(text_or_example, (str, Mapping)):
+        raise ArgumentTypeError(
+            "inspect(): argument 'text_or_example' must be a string or a dict of the task's fields, "
+            f"got {type(text_or_example).__name__}"
+        )
     if isinstance(text_or_example, str):
         spec = get_task(TEXT_TASK if task is None else task)
         example = {(spec.fields[0] if len(spec.fields) == 1 else "text"): text_or_example}
     else:
         example, spec = dict(text_or_example), _task_for(text_or_example, task)
+    _check_example(example, spec.template)
+    model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     prompts = build_prompts(spec, model.base.tokenizer, PromptOptions(chat=chat, system=system, shots=0))
     selection = Selection(layers=layers, heads=heads)
     batches = encode_batches(model, [example], prompts, batch_size=1)

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 
 from anchorlens.capture.maps import StackMaps
-from anchorlens.figures._style import MAP_CMAP, clean_token, role_color
+from anchorlens.figures._roles import role_palette
+from anchorlens.figures._style import MAP_CMAP, clean_token
 
 CODE_MAX = 65535
 LOG_FLOOR = 1e-4  # the log scale spans [max * LOG_FLOOR, max]
@@ -113,6 +114,7 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
     """HTML with an inline-JS canvas view of ``maps`` and, shown until a script runs, ``fallback_png``."""
     v = views(maps.probs)
     codes, vmax = encode(v)
+    palette = role_palette(maps.role_names)  # the figures' colours: fixed for built-ins, fallback for task roles
     data = {
         "b64": base64.b64encode(codes.tobytes()).decode("ascii"),
         "code_max": CODE_MAX,
@@ -123,7 +125,7 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
         "heads": list(maps.heads),
         "q": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
         "k": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
-        "colors": [role_color(name) for name in maps.role_names],
+        "colors": [palette[name] for name in maps.role_names],
         "lut": _lut(),
         "pad": 8 + 6 * max(len(clean_token(t, mathtext=False)) for t in [*maps.q_tokens, *maps.k_tokens, "x"]),
     }
@@ -136,7 +138,7 @@ def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = N
     scales = "".join(f"<option{' selected' if s == 'sqrt' else ''}>{s}</option>" for s in ("linear", "sqrt", "log"))
     present = sorted({*maps.q_roles.tolist(), *maps.k_roles.tolist()})
     legend = " ".join(
-        f"<span style='color:{role_color(maps.role_names[i])};font-weight:600'>■ {html.escape(maps.role_names[i])}</span>"
+        f"<span style='color:{palette[maps.role_names[i]]};font-weight:600'>■ {html.escape(maps.role_names[i])}</span>"
         for i in present
     )
     static = ""

@@ -21,11 +21,12 @@ from anchorlens.figures import (
     head_diff_grid,
     head_grids,
     layer_curves,
+    measure_label,
     role_flow_heatmaps,
     save_figure,
 )
 from anchorlens.reports.html import render_report
-from anchorlens.reports.tables import fixed_notes, headline_grid, to_markdown
+from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
 
@@ -64,6 +65,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
                 [c.label for c in CURVES],
                 order=result.checkpoints,
                 anchors=anchor_tokens(result.maps),
+                labels={c.label: measure_label(c.metric, c.query_role, c.key_role) for c in CURVES},
             ),
         ),
         (
@@ -129,7 +131,7 @@ def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
     """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
-    grid = headline_grid(result.headline, result.checkpoints)
+    grid = headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
         write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)

@@ -43,9 +43,16 @@ def _grid_html(grid: pd.DataFrame) -> Markup:
 
 
 def render_report(
-    title: str, facts: Mapping, grid: pd.DataFrame, figures: Sequence[tuple[str, bytes]], notes: Sequence[str] = ()
+    title: str,
+    facts: Mapping,
+    grid: pd.DataFrame,
+    figures: Sequence[tuple[str, bytes]],
+    notes: Sequence[str] = (),
+    *,
+    tables: Sequence[tuple[str, Markup]] = (),
 ) -> str:
-    """The whole HTML document: facts (nested dicts as nested tables), the headline grid, embedded figures."""
+    """The whole HTML document: facts (nested dicts as nested tables), the headline grid, embedded figures,
+    then ``tables`` ((caption, already-escaped HTML) pairs)."""
     return (
         environment()
         .get_template("report.html.j2")
@@ -56,5 +63,6 @@ def render_report(
             headline_note=HEADLINE_NOTE,
             notes=list(notes),
             figures=[_image(data, caption) for caption, data in figures],
+            tables=[{"caption": caption, "html": html} for caption, html in tables],
         )
     )

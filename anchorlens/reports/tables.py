@@ -5,6 +5,24 @@ from __future__ import annotations
 import pandas as pd
 
 FIXED_CELL = "n/a (fixed by the causal mask)"
+ABSENT_CELL = "n/a (no such tokens)"
+GUIDANCE_KEY = "guidance"  # the pooled guidance key of the decomposition
+
+
+def present_roles(metrics: pd.DataFrame) -> dict[str, set[str]]:
+    """Checkpoint -> the roles its inputs have (every position is a query: the role-flow query roles)."""
+    flow = metrics[(metrics["metric"] == "role_flow") & (metrics["query_role"] != "all")]
+    return {str(k): set(v.astype(str)) for k, v in flow.groupby("checkpoint")["query_role"]}
+
+
+def _absent(row: pd.Series, present: set[str] | None, guidance: tuple[str, ...]) -> bool:
+    """Whether a decomposition part reads a role the checkpoint has not got (its 0.000 measures nothing)."""
+    if present is None or row.get("metric") != "decomposition":
+        return False
+    key = str(row.get("key_role", ""))
+    if key == GUIDANCE_KEY:
+        return not any(g in present for g in guidance)
+    return key not in ("sink", "") and key not in present
 
 
 def _cell(row: pd.Series, baseline: bool) -> str:
@@ -16,14 +34,26 @@ def _cell(row: pd.Series, baseline: bool) -> str:
     return text
 
 
-def headline_grid(headline: pd.DataFrame, checkpoints: list[str]) -> pd.DataFrame:
+def headline_grid(
+    headline: pd.DataFrame,
+    checkpoints: list[str],
+    present: dict[str, set[str]] | None = None,
+    guidance: tuple[str, ...] = ("soft_prompt", "instance", "capsule"),
+) -> pd.DataFrame:
     """Metric x checkpoint grid of formatted cells (mean [95% CI]; paired Δ vs the first checkpoint).
 
     Rows are the headline metrics' labels; a value the mask fixes reads ``n/a (fixed by the causal
-    mask)`` (the reasons: :func:`fixed_notes`); a metric a checkpoint lacks reads ``n/a``.
+    mask)`` (the reasons: :func:`fixed_notes`); a metric a checkpoint lacks reads ``n/a``. With
+    ``present`` (checkpoint -> its roles, :func:`present_roles`), attention to a role a checkpoint
+    has not got (the base's guidance, special tokens of a template without them) reads ``n/a (no
+    such tokens)``, not 0.000.
     """
     rows: dict[str, dict[str, str]] = {}
     for _, row in headline.iterrows():
+        if present is not None and _absent(row, present.get(str(row["checkpoint"])), guidance):
+            label = f"{row['label']} ({row['stack']})" if "label" in row else str(row["metric"])
+            rows.setdefault(label, {})[row["checkpoint"]] = ABSENT_CELL
+            continue
         label = (
             f"{row['label']} ({row['stack']})"
             if "label" in row

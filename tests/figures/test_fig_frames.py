@@ -19,7 +19,7 @@ def test_layer_curves_summary_one_line_per_checkpoint():
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     ax = fig.axes[0]
     assert len(ax.get_lines()) == 2 and len(ax.collections) == 2  # lines + CI bands
-    assert ax.get_xlabel() == "layer" and ax.get_ylabel() == "anchor mass"
+    assert ax.get_xlabel() == "layer" and ax.get_ylabel() == "content → anchor (attention mass)"
     assert "n = 6" in _flat(fig.get_suptitle())
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["capt", "prompt_tuning"]
 
@@ -28,7 +28,7 @@ def test_layer_curves_raw_facets_by_metric_and_rejects_mixed_roles():
     raw = synth.tidy()
     fig = layer_curves(raw, ["anchor_mass", "entropy"])
     assert len(fig.axes) == 2
-    assert [ax.get_title() for ax in fig.axes] == ["anchor mass", "entropy"]
+    assert [ax.get_title() for ax in fig.axes] == ["content → anchor", "entropy of content queries"]
     mixed = raw.copy()
     mixed.loc[mixed["example"] == 0, "query_role"] = "structural"
     with pytest.raises(ValueError, match="query_role"):
@@ -56,7 +56,7 @@ def test_head_diff_grid_centered_and_marks_significant():
     ax = fig.axes[0]
     capt = cmp[cmp["checkpoint"] == "capt"]
     lo, hi = ax.collections[0].get_clim()
-    assert lo == pytest.approx(-hi) and hi == pytest.approx(capt["diff"].abs().max())
+    assert lo == pytest.approx(-hi) and hi >= capt["diff"].abs().max() and hi == pytest.approx(0.3)  # nice bound
     n_sig = int((capt["q_value"] < 0.05).sum())
     assert n_sig > 0 and sum(t.get_text().endswith("*") for t in ax.texts) == n_sig
     assert "capt − prompt_tuning" in _flat(fig.get_suptitle())
@@ -79,7 +79,8 @@ def test_role_flow_heatmaps_shared_scale():
     assert fig.axes[-1].get_ylim() == pytest.approx(panels[0].collections[0].get_clim())
     assert [t.get_text() for t in panels[0].get_yticklabels()] == ["structural", "content"]
     assert "capsule" in [t.get_text() for t in panels[0].get_xticklabels()]
-    assert len(panels[1].texts) == 2 * 4  # annotated values; the absent soft_prompt column stays blank
+    shown = [t.get_text() for t in panels[1].texts]
+    assert len(shown) == 2 * 4 + 2 and shown.count("n/a") == 2  # values, and n/a for capt's absent soft_prompt
     assert panels[0].get_xlabel().startswith("key role") and panels[0].get_ylabel().startswith("query role")
 
 
@@ -90,5 +91,5 @@ def test_position_sweep_orders_positions_and_twin_accuracy():
     ax, ax2 = fig.axes
     labels = [t.get_text() for t in ax.get_xticklabels()]
     assert labels == ["first", "after structural", "middle", "last", "2", "7"]
-    assert ax.get_ylabel() == "anchor mass" and ax2.get_ylabel() == "accuracy"
+    assert ax.get_ylabel() == "content → anchor (attention mass)" and ax2.get_ylabel() == "accuracy"
     assert len(position_sweep(df, "anchor_mass").axes) == 1

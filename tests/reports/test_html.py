@@ -75,3 +75,10 @@ def test_nested_dicts_are_tables_and_values_escaped():
     assert "&lt;b&gt;x&lt;/b&gt;" in html  # table cells escaped
     assert "a &amp; b" in html
     assert "Figure 1. map of &lt;soft_prompt&gt; ×10" in html
+
+
+def test_a_fact_that_was_not_recorded_is_a_dash_not_none():
+    grid = pd.DataFrame({"x": ["1"]}, index=["base"])
+    html = render_report("t", {"base_provenance": {"repo_id": None, "spec": "smollm2-135m"}, "seed": None}, grid, [])
+    assert "None" not in html
+    assert html.count('<span class="missing" title="not recorded">—</span>') == 2

@@ -82,17 +82,6 @@ def test_input_entropy_leaves_out_single_key_queries(comparison):
     assert m[m.query_role == "special"]["fixed"].str.contains("single key").all()
 
 
-def test_demo_table_is_the_input_decomposition(comparison):
-    from anchorlens.workflows.demo import format_table, per_layer_table
-
-    m = comparison.metrics
-    table = per_layer_table(m[m.checkpoint == "base"])
-    assert list(table.columns) == ["sink", "guidance", "structural", "content", "entropy"]
-    assert (table["guidance"] == 0).all()
-    text = format_table(table, "t")
-    assert "sink" in text and "exclude the sink" in text
-
-
 def test_sweep_instance_needs_a_spec_and_uses_the_stats_module_ci(tiny_base):
     import inspect
 
