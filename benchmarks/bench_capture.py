@@ -39,7 +39,7 @@ def bench_model():
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = LlamaForCausalLM(cfg).eval()
-    return Base("bench-llama-12", model, None, adapter_for("llama"))
+    return Base("bench-llama-12", model, None, adapter_for(model))
 
 
 def batches(n: int, seed: int = 0):

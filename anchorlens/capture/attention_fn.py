@@ -5,7 +5,8 @@ scaled-dot-product attention, exactly as with ``attn_implementation="sdpa"``. Th
 everything transformers passes to an attention function, as its ``eager_attention_forward`` does:
 ``scaling`` (e.g. Gemma's ``query_pre_attn_scalar``), ``softcap`` (scores = tanh(scores / softcap) *
 softcap before the mask), sliding windows (in the boolean mask, or from ``sliding_window`` when the mask
-was skipped), ``s_aux`` attention sinks (one extra logit per head in the softmax, dropped afterwards),
+was skipped), ``s_aux`` learned sinks (one extra logit per head in the softmax: the real keys' probabilities sum to less than 1,
+and the sink's own mass travels with the event as ``learned_sink``, so real keys + learned sink = 1),
 T5's ``position_bias`` and grouped-query heads.
 
 Where sdpa cannot compute a module's output (``softcap``, ``s_aux``, or a sliding window with no mask),
@@ -218,6 +219,22 @@ def chunk_probs(
     return probs, scores, log_norm, vis
 
 
+def learned_sink_mass(
+    call: AttentionCall, log_norm: torch.Tensor, heads: torch.Tensor | None, vis: Visibility
+) -> torch.Tensor:
+    """[B, H_sel, q] float32: the probability the learned sink logit (``s_aux``) takes in each query's softmax.
+
+    exp(sink - log Z) with Z the normaliser over the real keys and the sink (``log_norm``), so the real keys'
+    probabilities plus this mass sum to 1; 0 for queries that see no key (their rows are zero too).
+    """
+    assert call.sinks is not None
+    sinks = call.sinks if heads is None else call.sinks.index_select(0, heads)
+    mass = (sinks.float().view(1, -1, 1, 1) - log_norm).exp_()
+    if vis.empty is not None:
+        mass = mass.masked_fill(vis.empty, 0.0)
+    return mass.squeeze(-1)
+
+
 def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, start: int, stop: int) -> Visibility:
     """The chunk's visibility, computed once per mask and chunk for all layers of one forward."""
     return active.shared.get(
@@ -381,6 +398,7 @@ def anchorlens_attention_forward(
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
                     log_norm = log_norm.index_select(1, heads)
+                sink = None if call.sinks is None else learned_sink_mass(call, log_norm, heads, vis)
                 active.emit(
                     site,
                     probs.detach(),
@@ -390,6 +408,7 @@ def anchorlens_attention_forward(
                     log_norm.detach(),
                     key_sums=key_sums,
                     key_columns=None if fused is None else fused.columns,
+                    learned_sink=sink,
                 )
             del probs, scores, log_norm
     if eager:

@@ -15,7 +15,7 @@ class AttentionEvent:
 
     probs: [B, H, q, K'] float32 over the first K' <= K keys (K' < K when the keys after K' are hidden
     from every query of the event: a causal chunk of queries sees no later key), rows sum to 1 over
-    visible keys (0 elsewhere); only the selected heads, whose model indices are ``heads`` ([H] long).
+    visible keys (1 - ``learned_sink`` where the module has a learned sink; 0 elsewhere); only the selected heads, whose model indices are ``heads`` ([H] long).
     visible: [B|1, 1, q, K'] bool, which of those keys each query may attend to (causal, window and
     padding masks combined). layout: roles of *these* queries ([B, q]) and of all K keys ([B, K]); use
     :attr:`key_count` (K') and :meth:`full_probs` rather than assuming K' = K. example_ids: [B] long, the examples' dataset indices.
@@ -28,6 +28,9 @@ class AttentionEvent:
     by the capture together with the output when it computes the output from the probabilities (fast mode,
     float32 values): no pass over the probabilities of its own. Both None otherwise; a reducer whose columns
     are not ``key_columns`` (compare by identity) sums the probabilities itself.
+    learned_sink: [B, H, q] float32 or None, the probability of the attention module's learned sink logit
+    (gpt-oss's ``sinks``, passed to the attention as ``s_aux``): a pseudo-key outside the layout, so over real keys
+    rows sum to 1 - learned_sink; None when the module has no learned sink.
     ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the
     event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
@@ -55,6 +58,7 @@ class AttentionEvent:
     log_norm: torch.Tensor | None = None
     key_sums: torch.Tensor | None = None
     key_columns: torch.Tensor | None = None
+    learned_sink: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -8,6 +8,8 @@ import torch
 
 from anchorlens.roles.kinds import ROLE_NAMES, Role
 
+LEARNED_SINK_TOKEN = "<learned_sink>"  # the label of the learned-sink pseudo-key column (not a token role)
+
 
 @dataclass
 class StackMaps:
@@ -17,6 +19,8 @@ class StackMaps:
     removed. q_roles/k_roles: [Q]/[K] long role ids; role_names: the run's role names by id (the built-in
     ``Role`` values first, then those the task added). q_tokens/k_tokens: token texts, with inserted guidance
     positions named ``<capsule>``, ``<instance>``, ``<soft_prompt>``.
+    learned_sink: [L, H, Q] float32, the mass each query gives a learned sink logit (gpt-oss), or None when the
+    model has none; real keys plus the sink sum to 1 (:meth:`with_learned_sink` appends it as a key column).
     """
 
     probs: torch.Tensor
@@ -27,6 +31,14 @@ class StackMaps:
     q_tokens: list[str]
     k_tokens: list[str]
     role_names: tuple[str, ...] = ROLE_NAMES
+    learned_sink: torch.Tensor | None = None
+
+    def with_learned_sink(self) -> tuple[torch.Tensor, list[str]]:
+        """([L, H, Q, K+1] probabilities with the learned sink as the last key column, key labels ending in
+        ``LEARNED_SINK_TOKEN``); without a learned sink, the maps and key labels unchanged."""
+        if self.learned_sink is None:
+            return self.probs, list(self.k_tokens)
+        return torch.cat([self.probs, self.learned_sink.unsqueeze(-1)], dim=-1), [*self.k_tokens, LEARNED_SINK_TOKEN]
 
     def role_name(self, role_id: int) -> str:
         """Name of a role id of this map."""

@@ -14,7 +14,7 @@ from anchorlens.roles.kinds import ROLE_NAMES
 
 
 def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path, Path]:
-    """Write ``stem.safetensors`` (probs and roles) and ``stem.json`` (tokens, layers, heads)."""
+    """Write ``stem.safetensors`` (probs, roles, learned-sink mass where present) and ``stem.json`` (tokens, layers, heads)."""
     stem = Path(stem)
     tensors: dict[str, torch.Tensor] = {}
     meta: dict[str, dict] = {}
@@ -26,6 +26,8 @@ def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path
             tensors[f"{key}/probs"] = sm.probs.contiguous()
             tensors[f"{key}/q_roles"] = sm.q_roles.contiguous()
             tensors[f"{key}/k_roles"] = sm.k_roles.contiguous()
+            if sm.learned_sink is not None:
+                tensors[f"{key}/learned_sink"] = sm.learned_sink.contiguous()
             stacks[stack] = {
                 "layers": sm.layers,
                 "heads": sm.heads,
@@ -59,6 +61,7 @@ def load_maps(stem: str | Path) -> dict[str, AttentionMaps]:
                 info["q_tokens"],
                 info["k_tokens"],
                 tuple(info.get("role_names", ROLE_NAMES)),  # maps saved before open roles: the built-ins
+                tensors.get(f"{key}/learned_sink"),
             )
         out[entry["name"]] = AttentionMaps(entry["example_id"], stacks)
     return out

@@ -78,15 +78,23 @@ def num_heads(model: torch.nn.Module) -> int | None:
     return int(value) if isinstance(value, int) else None
 
 
+def stack_layers(target: CaptureTarget) -> tuple[dict[str, int], dict[str, set[int]]]:
+    """(layers per stack, the layers with softmax attention per stack): hybrid models have blocks without it."""
+    attention: dict[str, set[int]] = {}
+    for site, _ in target.sites():
+        attention.setdefault(site.stack, set()).add(site.layer)
+    layers = {stack: target.adapter.num_layers(target.model, stack) for stack in attention}
+    return layers, attention
+
+
 def check_selection(target: CaptureTarget, selection: Selection) -> None:
-    """Raise UsageError (one line, the valid range) when ``selection`` names stacks/layers/heads ``target`` lacks.
+    """Raise UsageError (one line, the valid range) when ``selection`` names stacks/layers/heads ``target`` lacks,
+    or only layers without softmax attention.
 
     Call it where a selection enters (before creating output or loading data); every capture also checks.
     """
-    layers: dict[str, int] = {}
-    for site, _ in target.sites():
-        layers[site.stack] = max(layers.get(site.stack, 0), site.layer + 1)
-    selection.validate(layers, num_heads(target.model))
+    layers, attention = stack_layers(target)
+    selection.validate(layers, num_heads(target.model), attention)
 
 
 def capture_batch(
@@ -116,6 +124,7 @@ def capture_batch(
         options.resolved(need_logits),
         num_heads(target.model),
         scratch,
+        stack_layers(target)[0],
     )
     install(target.model)
     kwargs = {} if need_logits else _skip_lm_head(target.model)

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from anchorlens.errors import UnknownNameError, UsageError
@@ -29,6 +29,25 @@ def _check_range(flag: str, indices: tuple[int, ...], size: int, what: str) -> N
             )
 
 
+def _check_attention(
+    layers: tuple[int, ...],
+    stacks: Collection[str],
+    layers_per_stack: Mapping[str, int],
+    attention_layers: Mapping[str, Collection[int]],
+) -> None:
+    """UsageError when every selected layer lacks softmax attention in every selected stack (nothing to capture)."""
+    for stack in stacks:
+        have = set(attention_layers.get(stack, ()))
+        if any(_normalize(layer, layers_per_stack[stack]) in have for layer in layers):
+            return
+    stack = next(iter(stacks))
+    listed = sorted(attention_layers.get(stack, ()))
+    raise UsageError(
+        f"--layers {','.join(map(str, layers))} selects only layers without softmax attention in the {stack} "
+        f"(hybrid model); its attention layers are {', '.join(map(str, listed))}"
+    )
+
+
 @dataclass(frozen=True)
 class Selection:
     """Filter of sites and heads. None means all.
@@ -43,8 +62,17 @@ class Selection:
     heads: tuple[int, ...] | None = None
     names: tuple[str, ...] | None = None
 
-    def validate(self, layers_per_stack: Mapping[str, int], num_heads: int | None) -> None:
-        """Raise UsageError (one line, the valid range) for stacks, layers or heads the model does not have."""
+    def validate(
+        self,
+        layers_per_stack: Mapping[str, int],
+        num_heads: int | None,
+        attention_layers: Mapping[str, Collection[int]] | None = None,
+    ) -> None:
+        """Raise UsageError (one line, the valid range) for stacks, layers or heads the model does not have.
+
+        ``attention_layers``: per stack, the layers that have softmax attention (hybrid models have others); a
+        ``--layers`` selection that names only layers without it is refused, naming the layers that have it.
+        """
         if self.stacks is not None:
             unknown = [s for s in self.stacks if s not in layers_per_stack]
             if unknown:
@@ -54,6 +82,8 @@ class Selection:
         stacks = self.stacks if self.stacks is not None else tuple(layers_per_stack)
         if self.layers is not None and stacks:
             _check_range("--layers", self.layers, max(layers_per_stack[s] for s in stacks), "layers")
+            if attention_layers is not None:
+                _check_attention(self.layers, stacks, layers_per_stack, attention_layers)
         if self.heads is not None and num_heads is not None:
             _check_range("--heads", self.heads, num_heads, "heads")
 

@@ -45,15 +45,19 @@ class CaptureSession:
         options: CaptureOptions = CaptureOptions(),
         num_heads: int | None = None,
         scratch: dict | None = None,
+        layers_per_stack: dict[str, int] | None = None,
     ) -> None:
         """Raises UsageError before any forward when ``selection`` names layers/heads the model lacks.
 
         ``scratch``: the buffers (by name) to reuse, shared by the sessions of one stream of batches so that
-        they are allocated once, not once per batch (a fresh dict when None)."""
-        layers_per_stack: dict[str, int] = {}
+        they are allocated once, not once per batch (a fresh dict when None). ``layers_per_stack``: blocks per
+        stack (hybrid models have blocks without a site; None: one past each stack's last site)."""
+        attention: dict[str, set[int]] = {}
         for site, _ in sites:
-            layers_per_stack[site.stack] = max(layers_per_stack.get(site.stack, 0), site.layer + 1)
-        selection.validate(layers_per_stack, num_heads)
+            attention.setdefault(site.stack, set()).add(site.layer)
+        if layers_per_stack is None:
+            layers_per_stack = {stack: max(layers) + 1 for stack, layers in attention.items()}
+        selection.validate(layers_per_stack, num_heads, attention)
         self._sites = {
             id(module): site for site, module in sites if selection.accepts(site, layers_per_stack[site.stack])
         }
@@ -115,10 +119,12 @@ class CaptureSession:
         log_norm: torch.Tensor | None = None,
         key_sums: torch.Tensor | None = None,
         key_columns: torch.Tensor | None = None,
+        learned_sink: torch.Tensor | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
         and hand it on. ``key_sums``: [B, H, q, C] sums of ``probs`` over ``key_columns`` [B, K, C] (see
-        :meth:`key_columns`), when the capture computed them."""
+        :meth:`key_columns`), when the capture computed them. ``learned_sink``: [B, H, q], the mass of a learned
+        sink logit (gpt-oss), when the site has one."""
         heads = self._event_heads(probs.shape[1], probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
@@ -145,6 +151,7 @@ class CaptureSession:
                 log_norm,
                 key_sums=key_sums,
                 key_columns=key_columns,
+                learned_sink=learned_sink,
                 cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )

@@ -87,13 +87,15 @@ class MapSink:
             qv = event.layout.q.valid[row]
             kv = event.layout.k.valid[row]
             probs = event.full_probs()[row][:, qv][:, :, kv].detach().cpu().clone()  # [H, q_valid, K_valid]
+            sink = None if event.learned_sink is None else event.learned_sink[row][:, qv].detach().cpu().clone()
             q_roles = event.layout.q.roles[row][qv].cpu()
             site = self._parts.setdefault(ex, {}).setdefault(event.stack, {})
             if not event.is_first_chunk and event.layer in site:
-                prev_probs, heads, prev_roles, k_roles = site[event.layer]
+                prev_probs, heads, prev_roles, k_roles, prev_sink = site[event.layer]
                 probs = torch.cat([prev_probs, probs], dim=1)
                 q_roles = torch.cat([prev_roles, q_roles])
-            site[event.layer] = (probs, event.heads.tolist(), q_roles, event.layout.k.roles[row][kv].cpu())
+                sink = None if sink is None or prev_sink is None else torch.cat([prev_sink, sink], dim=1)
+            site[event.layer] = (probs, event.heads.tolist(), q_roles, event.layout.k.roles[row][kv].cpu(), sink)
             self._role_names[ex] = event.layout.table.names
 
     def maps(self, stack_sequences: dict[str, tuple[str, str]]) -> list[AttentionMaps]:
@@ -106,7 +108,8 @@ class MapSink:
                 shapes = {layers[layer][0].shape for layer in order}
                 if len(shapes) != 1:
                     raise RuntimeError(f"maps of stack {stack} differ in shape across layers: {sorted(shapes)}")
-                _, heads, q_roles, k_roles = layers[order[0]]
+                _, heads, q_roles, k_roles, _ = layers[order[0]]
+                sinks = [layers[layer][4] for layer in order]
                 q_name, k_name = stack_sequences[stack]
                 toks = self._tokens.get(ex, {})
                 built[stack] = StackMaps(
@@ -118,6 +121,7 @@ class MapSink:
                     q_tokens=_labels(q_roles.tolist(), toks.get(q_name, [])),
                     k_tokens=_labels(k_roles.tolist(), toks.get(k_name, [])),
                     role_names=self._role_names[ex],
+                    learned_sink=None if any(x is None for x in sinks) else torch.stack(sinks),
                 )
             out.append(AttentionMaps(example_id=ex, stacks=built))
         return out

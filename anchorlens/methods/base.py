@@ -83,9 +83,8 @@ class Guidance(nn.Module):
         """Create the parameters for ``base`` (width, layers, stacks); UsageError if unsupported or too large."""
         adapter = base.adapter
         if not adapter.supports_guidance:
-            raise UsageError(
-                f"{self.kind} needs a base that accepts inserted positions; {adapter.family} supports capture only"
-            )
+            why = adapter.guidance_refusal or f"{adapter.family} supports capture only"
+            raise UsageError(f"{self.kind} needs a base that accepts inserted positions: {why}")
         self.config.check_fits(base)  # before allocating anything
         self.hidden_size = base.hidden_size
         self.stacks = self.choose_stacks(adapter)

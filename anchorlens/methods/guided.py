@@ -36,9 +36,10 @@ class GuidedModel:
     def __init__(self, base: Base, guidances: Iterable[Guidance | MethodConfig] = (), seed: int = 0) -> None:
         built: list[Guidance] = [g.build() if isinstance(g, MethodConfig) else g for g in guidances]
         if built and not base.adapter.supports_guidance:
+            why = base.adapter.guidance_refusal or f"{base.adapter.family} supports capture only"
             raise UsageError(
-                f"guidance ({', '.join(g.kind for g in built)}) is not supported on {base.adapter.family} bases "
-                f"({base.spec}): they are capture-only; use a decoder-only or T5 base"
+                f"guidance ({', '.join(g.kind for g in built)}) cannot be inserted into {base.spec}: {why}; "
+                "capture the base alone, or use a decoder-only or T5 base"
             )
         self.base: Base = base
         generator = torch.Generator().manual_seed(seed)

@@ -63,9 +63,8 @@ class Prefix(Guidance):
         """Create ``kv`` [n, layers*2*kv_heads*head_dim]; UsageError on bases without prefix support."""
         adapter = base.adapter
         if not adapter.supports_prefix:
-            raise UsageError(
-                f"prefix tuning is supported on decoder-only bases (llama family, gpt2), not {adapter.family}"
-            )
+            why = adapter.prefix_refusal or f"{adapter.family} takes no key-only prefix"
+            raise UsageError(f"prefix tuning needs a decoder-only base whose layers all hold keys: {why}")
         layers, self.kv_heads, self.head_dim = adapter.kv_geometry(base.model)
         self.layers = {self.stacks[0]: layers}
         width = layers * 2 * self.kv_heads * self.head_dim

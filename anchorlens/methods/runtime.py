@@ -44,7 +44,8 @@ class LayerSplicer:
                     handles.append(
                         block.register_forward_hook(self._post(stack, layer, spliced), with_kwargs=True, prepend=True)
                     )
-            yield self
+            with adapter.forward_context(model, self.memo):
+                yield self
         finally:
             for h in handles:
                 h.remove()

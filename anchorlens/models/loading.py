@@ -15,6 +15,7 @@ from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
 from anchorlens.models.embedded import EMBEDDED_SPEC, cache_problem, ensure_converted
 from anchorlens.models.hub import cached_snapshot_facts, hub_config_dir, is_hub_id, resolve_hub_dir
+from anchorlens.models.lm_class import interface_refusal, lm_auto_class
 from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
 
@@ -40,14 +41,13 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype:
     return _DTYPES[name]
 
 
-def supported_adapter(model_type: Any, label: str = "the base") -> ArchAdapter:
-    """The architecture adapter for a model_type, config or config dict (refusals included); UnknownNameError (one line) when anchorlens has none."""
+def discovered_adapter(model: torch.nn.Module, label: str = "the base") -> ArchAdapter:
+    """The architecture adapter discovered from the loaded model; UsageError (one line) naming ``label`` when it
+    cannot be captured exactly."""
     try:
-        return adapter_for(model_type)
-    except AnchorlensError:
-        raise
-    except (ValueError, KeyError) as err:
-        raise UnknownNameError(f"{label}: {err}") from None
+        return adapter_for(model)
+    except UsageError as err:
+        raise type(err)(f"{label}: {err}") from None
 
 
 def _read_config(path: Path, label: str) -> dict[str, Any]:
@@ -78,13 +78,7 @@ def refuse_remote_code(config: dict[str, Any], label: str) -> None:
 
 def auto_class(config):
     """The transformers Auto class that loads ``config``'s model with its LM head."""
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSeq2SeqLM
-
-    if getattr(config, "is_encoder_decoder", False):
-        return AutoModelForSeq2SeqLM
-    if config.model_type == "bert":
-        return AutoModelForMaskedLM
-    return AutoModelForCausalLM
+    return lm_auto_class(config)
 
 
 def preflight(
@@ -101,7 +95,9 @@ def preflight(
         raise UsageError(f"{label} is not a HuggingFace model directory (no config.json)")
     refuse_remote_code(_read_config(path, label), label)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False, local_files_only=True)
-    supported_adapter(config, label)  # fail early on unsupported architectures (and refused variants)
+    refusal = interface_refusal(config)  # fail before any download when capture could not see the attention
+    if refusal is not None:
+        raise UsageError(f"{label}: {refusal}")
     if available is not None:
         check_fits(label, config, dtype, device, auto_class(config), available)
     return config
@@ -213,5 +209,5 @@ def load_base(
         p.requires_grad_(False)
     if device and device_map is None:
         model.to(device)
-    adapter = supported_adapter(model.config, spec)
+    adapter = discovered_adapter(model, spec)
     return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter, origin={"spec": spec, **origin})

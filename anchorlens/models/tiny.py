@@ -1,8 +1,11 @@
 """Tiny random bases built from transformers' own config classes with a fixed seed, for offline tests.
 
-One base per supported family (``tiny-<family>``). Sliding-window families get a window of 8,
+One base per verified family (``tiny-<family>``). Sliding-window families get a window of 8,
 smaller than the test inputs, so the window matters; Gemma gets a soft-cap and a
-``query_pre_attn_scalar`` different from the head dim, so both change the attention.
+``query_pre_attn_scalar`` different from the head dim, so both change the attention. The families added
+with discovery (:data:`DISCOVERED`) are built by :func:`~anchorlens.models.tiny_any.tiny_config` from the config
+class's defaults, with the family's mechanism switched on where the defaults leave it off or too large to matter
+(chunks of 8 tokens, NoPE every other layer, temperature tuning from the first positions...).
 """
 
 from __future__ import annotations
@@ -40,18 +43,27 @@ from transformers import (
 )
 
 from anchorlens.errors import UnknownNameError
+from anchorlens.models.lm_class import lm_model_class
+from anchorlens.models.tiny_any import SPECIAL_IDS, WINDOW, tiny_config
 from anchorlens.models.tiny_tokenizers import tiny_tokenizer
-
-WINDOW = 8  # sliding window of the tiny sliding-window families: smaller than any test input
 
 
 @dataclass(frozen=True)
 class TinySpec:
-    """How to build one tiny base: tokenizer style, model class, and its config from the tokenizer."""
+    """How to build one tiny base: tokenizer style, model class (None: the config's LM class), and its config."""
 
     style: str
-    model_cls: type
+    model_cls: type | None
     config: Callable[[Any], Any]
+
+
+def _special(tok: Any) -> dict[str, int]:
+    return {n: getattr(tok, n) for n in SPECIAL_IDS if getattr(tok, n, None) is not None}
+
+
+def _any(model_type: str, style: str = "llama", **overrides: Any) -> TinySpec:
+    """A tiny ``model_type`` from its config class's shrunk defaults plus ``overrides``."""
+    return TinySpec(style, None, lambda tok: tiny_config(model_type, len(tok), _special(tok), **overrides))
 
 
 def _common(tok: Any) -> dict:
@@ -215,6 +227,31 @@ TINY: dict[str, TinySpec] = {
         ),
     ),
 }
+# Families verified through discovery alone (no adapter code of their own): model_type -> tiny base.
+DISCOVERED: dict[str, TinySpec] = {
+    "tiny-mixtral": _any("mixtral", sliding_window=WINDOW),
+    "tiny-qwen2-moe": _any("qwen2_moe", decoder_sparse_step=1, mlp_only_layers=[]),
+    "tiny-qwen3-moe": _any("qwen3_moe"),
+    "tiny-olmo": _any("olmo", clip_qkv=0.02),
+    "tiny-olmo3": _any("olmo3"),
+    "tiny-olmoe": _any("olmoe"),
+    "tiny-smollm3": _any("smollm3", no_rope_layer_interval=2),
+    "tiny-gpt-oss": _any("gpt_oss"),
+    "tiny-gemma": _any("gemma"),
+    "tiny-phi": _any("phi", qk_layernorm=True),
+    "tiny-granite": _any("granite", attention_multiplier=0.5),
+    "tiny-starcoder2": _any("starcoder2", sliding_window=WINDOW),
+    "tiny-falcon": _any("falcon"),
+    "tiny-cohere2": _any("cohere2"),
+    "tiny-llama4-text": _any(
+        "llama4_text", attention_chunk_size=WINDOW, no_rope_layer_interval=2, floor_scale=4, attn_scale=0.5
+    ),
+    "tiny-qwen3-5-text": _any("qwen3_5_text", full_attention_interval=2),
+    "tiny-lfm2": _any("lfm2", full_attn_idxs=[1, 3]),
+    "tiny-roberta": _any("roberta", style="bert"),
+    "tiny-modernbert": _any("modernbert", style="bert", local_attention=WINDOW, global_attn_every_n_layers=2),
+}
+TINY.update(DISCOVERED)
 TINY_BASES = tuple(TINY)
 
 
@@ -225,16 +262,25 @@ def tiny_spec(name: str) -> TinySpec:
     return TINY[name]
 
 
-def build_tiny(name: str, attn_implementation: str = "sdpa", seed: int = 0) -> tuple[torch.nn.Module, Any]:
-    """A tiny random (model, tokenizer) pair, identical for the same name and seed (eager where sdpa is unsupported)."""
+def build_tiny(
+    name: str, attn_implementation: str = "sdpa", seed: int = 0, overrides: dict[str, Any] | None = None
+) -> tuple[torch.nn.Module, Any]:
+    """A tiny random (model, tokenizer) pair, identical for the same name and seed (eager where sdpa is unsupported).
+
+    ``overrides``: config attributes set after the config is built (tests switch a mechanism off with them)."""
     spec = tiny_spec(name)
     tok = tiny_tokenizer(spec.style)
     config = spec.config(tok)
-    if attn_implementation == "sdpa" and not getattr(spec.model_cls, "_supports_sdpa", True):
+    for key, value in (overrides or {}).items():
+        setattr(config, key, value)
+    model_cls = spec.model_cls or lm_model_class(config)
+    if model_cls is None:
+        raise UnknownNameError(f"tiny base {name!r}: transformers has no language-model class for it")
+    if attn_implementation == "sdpa" and not getattr(model_cls, "_supports_sdpa", True):
         attn_implementation = "eager"  # what transformers itself picks for a family sdpa cannot serve (Gemma 2)
     config._attn_implementation = attn_implementation
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = spec.model_cls(config)
+        model = model_cls(config)
     model.eval()
     return model, tok

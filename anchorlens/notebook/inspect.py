@@ -24,8 +24,8 @@ from anchorlens.errors import ArgumentTypeError, UsageError
 from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
-from anchorlens.models.adapters import adapter_for
 from anchorlens.models.base import Base
+from anchorlens.models.loading import discovered_adapter
 from anchorlens.roles.jinja import JinjaTemplate
 from anchorlens.roles.templates import Template
 from anchorlens.tasks import TASKS, Task, get_task
@@ -93,7 +93,7 @@ def _hf_base(model: Any, tokenizer: Any) -> Base:
         tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     name = str(getattr(cfg, "name_or_path", "") or type(model).__name__)
-    return Base(spec=name, model=model, tokenizer=tokenizer, adapter=adapter_for(cfg.model_type))
+    return Base(spec=name, model=model, tokenizer=tokenizer, adapter=discovered_adapter(model, name))
 
 
 def _peft_model(peft: Any, tokenizer: Any) -> GuidedModel:

@@ -20,7 +20,10 @@ class Collect:
 
 
 def eager_attentions(base, batch) -> dict:
-    """Reference attentions from HF eager ``output_attentions`` per stack: tuple of [B,H,Q,K]."""
+    """Reference attentions from HF eager ``output_attentions``: per stack, layer -> [B,H,Q,K].
+
+    Eager returns one map per softmax-attention layer in order; hybrid models have layers without one, so the
+    maps are keyed by the discovered layers of their sites."""
     model = base.model
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
@@ -30,9 +33,13 @@ def eager_attentions(base, batch) -> dict:
     finally:
         model.set_attn_implementation(before)
     if base.is_encoder_decoder:
-        return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
-    stack = base.adapter.stacks()[0]
-    return {stack: out.attentions}
+        maps = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    else:
+        maps = {base.adapter.stacks()[0]: out.attentions}
+    layers: dict[str, list[int]] = {}
+    for site, _ in base.sites():
+        layers.setdefault(site.stack, []).append(site.layer)
+    return {stack: dict(zip(layers[stack], tensors, strict=True)) for stack, tensors in maps.items()}
 
 
 def plain_logits(base, batch) -> torch.Tensor:

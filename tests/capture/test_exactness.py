@@ -55,6 +55,12 @@ def test_capture_equals_eager_output_attentions(tiny_base, name, padding_side):
     print(f"exactness {name} {padding_side}: maps max |d| {max(diffs):.1e}, logits max |d| {logits_diff:.1e}")
     assert max(diffs) <= 1e-5, [(e.stack, e.layer, d) for e, d in zip(sink.events, diffs) if d > 1e-5]
     assert logits_diff <= 1e-5
+    for event in sink.events:  # the learned sink's mass is what eager's rows miss over the real keys
+        if event.learned_sink is not None:
+            ref = reference[event.stack][event.layer].index_select(1, event.heads).float()
+            missing = 1 - ref.sum(-1)  # [B, H, Q]
+            rows = event.layout.q.valid[:, None, :]
+            assert float(((event.learned_sink - missing).abs() * rows).max()) <= 1e-5
 
 
 @pytest.mark.parametrize("name", BASES)
@@ -66,6 +72,9 @@ def test_rows_sum_to_one_over_visible_keys(tiny_base, name):
     for event in sink.events:
         valid_q = event.layout.q.valid
         sums = event.probs.sum(-1)  # [B,H,Q]
+        if event.learned_sink is not None:  # a learned sink is a pseudo-key: real keys + sink = 1
+            assert float(event.learned_sink.min()) >= 0.0 and float(event.learned_sink.max()) > 1e-3
+            sums = sums + event.learned_sink
         assert torch.allclose(sums[valid_q[:, None, :].expand_as(sums)], torch.ones(()), atol=1e-5)
         hidden = ~(event.visible & event.layout.k.valid[:, None, None, :])
         assert float((event.probs * hidden).abs().max()) == 0.0

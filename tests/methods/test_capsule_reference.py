@@ -7,12 +7,13 @@ import torch
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 
 from anchorlens.methods.spec import load_guided
-from anchorlens.models.tiny import TINY_BASES
+from anchorlens.models.verified import FULL, REFERENCE, verified_bases
 
 from .helpers import after_last_valid, drop_rows, first_valid, insert_rows, masked_mean, rte_batch, run_block
 
 TOL = 1e-5
-DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
+DECODERS = verified_bases(kind="decoder", guidance=FULL)  # every variant below
+DISCOVERED = verified_bases(kind="decoder", guidance=REFERENCE)  # left padding, each mechanism of the capsule once
 
 
 def _random_capsule(base, position: str = "first", options: str = ""):
@@ -72,9 +73,11 @@ def reference_decoder_only(base, batch, p: torch.Tensor, position: str, fusion: 
     return run_block(base.model, blocks[-1], batch.input_ids, batch.attention_mask, read="logits", output=x)
 
 
-@pytest.mark.parametrize("name", DECODERS)
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-@pytest.mark.parametrize("position", ["first", "last"])
+FULL_GRID = [(n, side, pos) for n in DECODERS for side in ("right", "left") for pos in ("first", "last")]
+LEFT_ONLY = [(n, "left", pos) for n in DISCOVERED for pos in ("first", "last")]
+
+
+@pytest.mark.parametrize("name,padding_side,position", FULL_GRID + LEFT_ONLY)
 def test_capsule_equals_hand_loop_decoder_only(tiny_base, name, padding_side, position):
     base = tiny_base(name)
     batch = rte_batch(base, padding_side)
@@ -147,9 +150,15 @@ def test_capsule_equals_hand_loop_t5(tiny_base, padding_side, position):
     assert enc_diff <= TOL and dec_diff <= TOL
 
 
-@pytest.mark.parametrize("name", DECODERS)
-@pytest.mark.parametrize("fusion", ["add", "prepend"])
-@pytest.mark.parametrize("padding_side,position", [("right", "first"), ("left", "middle"), ("left", "last")])
+TWO_GRID = [
+    (n, fusion, side, pos)
+    for n in DECODERS
+    for fusion in ("add", "prepend")
+    for side, pos in (("right", "first"), ("left", "middle"), ("left", "last"))
+] + [(n, "prepend", "left", "middle") for n in DISCOVERED]
+
+
+@pytest.mark.parametrize("name,fusion,padding_side,position", TWO_GRID)
 def test_two_capsules_equal_hand_loop_decoder_only(tiny_base, name, fusion, padding_side, position):
     """n = 2: the n (add) or n + 1 (prepend) positions of the count ablation, computed by hand."""
     base = tiny_base(name)

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from anchorlens.methods.spec import load_guided
-from anchorlens.models.tiny import TINY_BASES
+from anchorlens.models.verified import verified_bases
 
 from .helpers import drop_rows, first_valid, insert_rows, masked_mean, rte_batch
 
-DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
+DECODERS = verified_bases(kind="decoder")
 
 
 def _concat_logits(base, batch, vectors: torch.Tensor, index: list[int]) -> torch.Tensor:

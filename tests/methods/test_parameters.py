@@ -95,7 +95,7 @@ def test_gradients_reach_every_capsule_vector(tiny_base, name, fusion):
 
 def test_bert_guidance_is_refused(tiny_base):
     base = tiny_base("tiny-bert")
-    with pytest.raises(UsageError, match="capture-only"):
+    with pytest.raises(UsageError, match="bidirectional encoder: it supports capture only"):
         GuidedModel(base, [Capsule()])
     assert load_guided("base", base=base).num_trainable() == 0
 

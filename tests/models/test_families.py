@@ -1,5 +1,5 @@
-"""Decoder families: the tiny bases exercise each family's mechanism, deep prompts and prefixes are exact on
-each, unknown or unmirrorable architectures are refused with one line."""
+"""Families: every verified tiny base is discovered with the mechanisms its row lists, the tiny configs exercise
+those mechanisms, deep prompts and prefixes are exact on each, and what discovery cannot serve is refused."""
 
 from __future__ import annotations
 
@@ -8,23 +8,33 @@ import hashlib
 import pytest
 import torch
 
-from anchorlens.errors import UnknownNameError, UsageError
+from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
-from anchorlens.models.adapters import FAMILIES, adapter_for
-from anchorlens.models.adapters.decoder import sliding_windows
 from anchorlens.models.tiny import TINY_BASES, build_tiny, tiny_spec
 from anchorlens.models.tiny_tokenizers import tiny_tokenizer
+from anchorlens.models.verified import VERIFIED, verified_bases
 from tests.methods.helpers import drop_rows, first_valid, insert_rows, rte_batch, run_block
 
-DECODERS = [n for n in TINY_BASES if n not in ("tiny-bert", "tiny-t5")]
+DECODERS = verified_bases(kind="decoder")
+PREFIX = verified_bases(kind="decoder", prefix=True)
 
 
-def test_every_family_has_a_tiny_base():
-    families = {
-        adapter_for(tiny_spec(name).config(tiny_tokenizer(tiny_spec(name).style)).model_type).family
-        for name in TINY_BASES
-    }
-    assert families == set(FAMILIES)
+def test_every_tiny_base_is_a_verified_row():
+    assert sorted(v.tiny for v in VERIFIED) == sorted(TINY_BASES)
+    assert len({v.model_type for v in VERIFIED}) == len(VERIFIED)
+
+
+@pytest.mark.parametrize("row", VERIFIED, ids=[v.tiny for v in VERIFIED])
+def test_discovery_reports_the_rows_mechanisms(tiny_base, row):
+    """The table ``anchorlens models`` prints is what discovery finds on the tiny base, never a claim beside it."""
+    base = tiny_base(row.tiny)
+    found = base.adapter.found
+    assert found.model_type == row.model_type
+    assert found.mechanisms == row.mechanisms
+    stack = "decoder" if row.kind != "encoder" else "encoder"
+    assert tuple(found.other_layers(stack)) == row.other_layers
+    assert base.adapter.supports_guidance == (row.guidance != "capture only")
+    assert base.adapter.supports_prefix == row.prefix
 
 
 # The five original tiny bases are used by every other test: their weights must never change.
@@ -46,14 +56,7 @@ def test_original_tiny_bases_keep_their_weights(name):
 
 def _eager_attentions(name: str, batch, **overrides) -> tuple[torch.Tensor, ...]:
     """Eager attentions of the tiny base ``name`` (same seed, same weights) with config ``overrides``."""
-    spec = tiny_spec(name)
-    config = spec.config(tiny_tokenizer(spec.style))
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    config._attn_implementation = "eager"
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = spec.model_cls(config).eval()
+    model, _ = build_tiny(name, "eager", overrides=overrides)
     with torch.no_grad():
         return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, output_attentions=True).attentions
 
@@ -81,6 +84,21 @@ MECHANISMS = [  # (base, what the tiny config sets, the setting that switches it
         "partial rotary",
         {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}},
     ),
+    ("tiny-mixtral", "sliding window", {"sliding_window": None}),
+    ("tiny-olmo3", "sliding window", {"sliding_window": 4096}),
+    ("tiny-starcoder2", "sliding window", {"sliding_window": None}),
+    ("tiny-cohere2", "sliding window", {"sliding_window": 4096}),
+    ("tiny-gpt-oss", "sliding window", {"sliding_window": 4096}),
+    ("tiny-smollm3", "NoPE layers", {"no_rope_layers": [1, 1, 1, 1]}),
+    ("tiny-llama4-text", "chunked attention", {"attention_chunk_size": 4096}),
+    ("tiny-llama4-text", "temperature tuning", {"attn_temperature_tuning": False}),
+    (
+        "tiny-phi",
+        "partial rotary",
+        {"rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 1.0, "rope_type": "default"}},
+    ),
+    ("tiny-granite", "attention multiplier", {"attention_multiplier": 0.25}),
+    ("tiny-olmo", "qkv clipping", {"clip_qkv": None}),
 ]
 
 
@@ -93,12 +111,28 @@ def test_tiny_configs_exercise_the_family_mechanism(tiny_base, name, mechanism, 
     assert changed > 1e-3, f"{mechanism} barely changes {name}'s attention ({changed:.3g})"
 
 
-def test_neox_is_parallel_residual_and_windows_follow_layer_types(tiny_base):
+def test_gpt_oss_rows_sum_below_one_in_eager(tiny_base):
+    """The learned sink takes real mass in the tiny gpt-oss (else exactness of the sink would prove nothing)."""
+    batch = rte_batch(tiny_base("tiny-gpt-oss"), "left")
+    valid = batch.attention_mask.bool()[:, None, :]
+    missing = max(
+        float((1 - a.sum(-1))[valid.expand(-1, a.shape[1], -1)].max()) for a in _eager_attentions("tiny-gpt-oss", batch)
+    )
+    assert missing > 1e-2
+
+
+def test_parallel_blocks_and_windows_follow_the_model(tiny_base):
     assert tiny_base("tiny-gpt-neox").config.use_parallel_residual
-    gemma3 = tiny_base("tiny-gemma3")
-    assert sliding_windows(gemma3.config, 4) == [8, 8, None, 8]
-    assert sliding_windows(tiny_base("tiny-mistral").config, 4) == [8] * 4
-    assert sliding_windows(tiny_base("tiny-llama").config, 4) == [None] * 4
+    assert tiny_base("tiny-falcon").config.parallel_attn
+    assert "parallel attention and MLP" not in tiny_base("tiny-llama").adapter.found.mechanisms
+    masks = {
+        name: tiny_base(name).adapter.found.masks["decoder"]
+        for name in ("tiny-gemma3", "tiny-mistral", "tiny-llama", "tiny-llama4-text")
+    }
+    assert [m[1] for m in masks["tiny-gemma3"]] == [8, 8, None, 8]
+    assert masks["tiny-mistral"] == (("sliding", 8),) * 4
+    assert masks["tiny-llama"] == (("full", None),) * 4
+    assert masks["tiny-llama4-text"] == (("chunked", 8), ("full", None), ("chunked", 8), ("full", None))
 
 
 def reference_deep_prompt(base, batch, prompts: torch.Tensor) -> torch.Tensor:
@@ -131,7 +165,7 @@ def test_deep_prompt_equals_hand_loop(tiny_base, name):
     assert diff <= 1e-5
 
 
-@pytest.mark.parametrize("name", DECODERS)
+@pytest.mark.parametrize("name", PREFIX)
 @pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 def test_prefix_equals_peft_prefix_tuning(tmp_path, name):
     """A PEFT prefix-tuning adapter (the real library) gives the same logits through anchorlens."""
@@ -160,39 +194,41 @@ def test_prefix_equals_peft_prefix_tuning(tmp_path, name):
     assert diff <= 1e-5
 
 
-def test_unknown_architecture_is_one_line_listing_the_families():
-    with pytest.raises(UnknownNameError) as err:
-        adapter_for("falcon")
-    message = str(err.value)
-    assert "\n" not in message and "'falcon'" in message
-    assert all(t in message for t in ("llama", "gemma2", "gemma3_text", "gpt_neox", "olmo2", "phi3", "t5"))
+def test_bidirectional_gemma3_is_discovered_as_an_encoder(tiny_base):
+    """EmbeddingGemma's bidirectional attention is captured as an encoder stack (exact), with no guidance."""
+    from anchorlens.models.base import Base
+    from anchorlens.models.loading import discovered_adapter
+    from tests.capture.helpers import Collect, eager_attentions
+
+    spec = tiny_spec("tiny-gemma3")
+    tok = tiny_tokenizer(spec.style)
+    config = spec.config(tok)
+    config.use_bidirectional_attention = True
+    torch.manual_seed(0)
+    model = spec.model_cls(config).eval()
+    base = Base("bidirectional-gemma3", model, tok, discovered_adapter(model))
+    assert base.adapter.stacks() == ("encoder",) and not base.adapter.supports_guidance
+    from anchorlens.capture.run import capture_batch
+
+    batch = rte_batch(base, "right")
+    sink = Collect()
+    capture_batch(base, batch, sink)
+    reference = eager_attentions(base, batch)["encoder"]
+    rows = batch.attention_mask.bool()[:, None, :, None]
+    assert max(float(((e.full_probs() - reference[e.layer]).abs() * rows).max()) for e in sink.events) <= 1e-5
+    with pytest.raises(UsageError, match="bidirectional encoder: it supports capture only") as err:
+        load_guided("capsule", base=base)
+    assert "\n" not in str(err.value)
 
 
-def test_bidirectional_gemma3_is_refused(tiny_base):
-    config = tiny_base("tiny-gemma3").config.__class__(use_bidirectional_attention=True)
-    for form in (config, config.to_dict()):  # a loaded config or config.json read before any download
-        with pytest.raises(UsageError, match="cannot be captured exactly") as err:
-            adapter_for(form)
-        assert "\n" not in str(err.value)
-    with pytest.raises(UnknownNameError):
-        adapter_for({"model_type": "gemma3"})  # the multimodal Gemma 3 is not the text family
-    assert adapter_for(tiny_base("tiny-gemma3").config).family == "gemma3"
-
-
-@pytest.mark.parametrize("name", ["tiny-gemma2", "tiny-gemma3", "tiny-qwen2"])
-def test_layer_dependent_families_need_the_layer_to_splice(tiny_base, name):
+def test_a_splice_needs_the_layer(tiny_base):
     """Sliding/global or per-type rotary layers cannot be spliced without knowing the layer (never guessed)."""
-    base = tiny_base(name)
-    adapter = base.adapter
-    windows = adapter.windows(base.model)
-    if len(set(windows)) == 1 and not adapter.layout.rotary_by_layer_type:
-        assert adapter._layer_window(base.model, None) == windows[0]
-        return
+    base = tiny_base("tiny-gemma3")
     with pytest.raises(TypeError, match="layer index"):
-        adapter._layer_window(base.model, None) if len(set(windows)) > 1 else adapter._layer_type(base.model, None)
+        base.adapter.splice_block_inputs(base.model, "decoder", (), {}, None, None, None, {})
 
 
-@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-gemma3"])  # sdpa families: no mask while T < window
+@pytest.mark.parametrize("name", ["tiny-mistral", "tiny-gemma3", "tiny-llama4-text"])  # no mask while T < window
 def test_short_unpadded_input_gets_its_window_once_spliced(tiny_base, name):
     """T < window: transformers passes no mask (plain causal); T+N > window: the splice must add the band."""
     from anchorlens.tasks import bundled_examples, get_task

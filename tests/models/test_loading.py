@@ -60,7 +60,7 @@ def _base_from(model, tok, spec="tiny-llama"):
     from anchorlens.models.adapters import adapter_for
     from anchorlens.models.base import Base
 
-    return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter_for(model.config.model_type))
+    return Base(spec=spec, model=model, tokenizer=tok, adapter=adapter_for(model))
 
 
 def test_fingerprint_keeps_its_keys_and_adds_a_weights_digest(tiny_base):
@@ -170,15 +170,16 @@ def test_cpu_availability_is_plausible():
 
 
 # ---------------------------------------------------------------- error classes
-def test_unsupported_architecture_and_dtype_are_unknown_names(tmp_path):
+def test_attention_outside_the_interface_is_refused_before_loading_and_bad_dtype_is_unknown(tmp_path):
     import json
 
-    from anchorlens.errors import UnknownNameError
+    from anchorlens.errors import UnknownNameError, UsageError
 
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mamba"}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(UnknownNameError, match=r"unsupported architecture 'mamba'"):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bloom"}))
+    (tmp_path / "model.safetensors").write_bytes(b"")  # never read: the refusal comes from the config alone
+    with pytest.raises(UsageError, match=r"bloom: its attention bypasses transformers' AttentionInterface") as err:
         load_base(str(tmp_path))
+    assert "\n" not in str(err.value)
     with pytest.raises(UnknownNameError, match="unknown dtype 'float8'"):
         load_base("tiny-llama", dtype="float8")
 

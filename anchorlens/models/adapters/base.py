@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from anchorlens.models.adapters.site import Site
@@ -12,9 +15,9 @@ from anchorlens.roles.encoding import Encoded
 class ArchAdapter:
     """Knows an architecture's attention sites, blocks, embeddings and how to run it on a batch.
 
-    Subclasses (or instances built from data, see ``decoder.DecoderAdapter``) set ``family``,
-    ``model_types`` and ``stack_sequences`` (each stack's query and key sequence names, ``input`` or
-    ``target``) and implement ``blocks``/``attention_module``.
+    Subclasses (or instances built from a discovered layout, see ``discovered.DiscoveredAdapter``) set
+    ``family``, ``model_types`` and ``stack_sequences`` (each stack's query and key sequence names, ``input``
+    or ``target``) and implement ``blocks``/``attention_module``.
     """
 
     family: str = ""
@@ -24,7 +27,9 @@ class ArchAdapter:
     # Guidance (inserted positions). ``guidance_stacks``: self-attention stacks whose blocks accept
     # per-layer inserted positions; ``block_args``: the block forward's positional parameter names.
     supports_guidance: bool = True
+    guidance_refusal: str | None = None  # why positions cannot be inserted (when supports_guidance is False)
     supports_prefix: bool = False
+    prefix_refusal: str | None = None  # why no key-only prefix (when supports_prefix is False)
     guidance_stacks: tuple[str, ...] = ()
     block_args: tuple[str, ...] = ("hidden_states",)
 
@@ -73,6 +78,11 @@ class ArchAdapter:
         )
 
     # ------------------------------------------------------------------ guidance mechanics
+    @contextmanager
+    def forward_context(self, model: torch.nn.Module, memo: dict) -> Iterator[None]:
+        """Hooks a guided forward needs beside the block hooks (none here); ``memo``: the forward's shared cache."""
+        yield
+
     def block_stack(self, stack: str) -> str:
         """The stack whose blocks host ``stack``'s attention (``cross`` lives in decoder blocks)."""
         return "decoder" if stack == "cross" else stack

@@ -8,64 +8,40 @@ import torch
 
 from anchorlens.errors import UsageError
 from anchorlens.models.adapters.base import ArchAdapter
+from anchorlens.models.adapters.discover import Discovered
+from anchorlens.models.adapters.discovered import DiscoveredAdapter
 from anchorlens.models.adapters.splice import Splice
 from anchorlens.roles.encoding import Encoded
 
 
-class T5Adapter(ArchAdapter):
-    """Encoder self-attention, decoder self-attention and decoder cross-attention."""
+class T5Adapter(DiscoveredAdapter):
+    """T5's discovered encoder, decoder and cross sites, with guidance in the encoder and decoder.
 
-    family = "t5"
-    model_types = ("t5", "mt5")
-    stack_sequences = {
-        "encoder": ("input", "input"),
-        "decoder": ("target", "target"),
-        "cross": ("target", "input"),
-    }
-    causal = False
-    guidance_stacks = ("encoder", "decoder")
-    block_args = (
-        "hidden_states",
-        "attention_mask",
-        "position_bias",
-        "encoder_hidden_states",
-        "encoder_attention_mask",
-        "encoder_decoder_position_bias",
-    )
+    The override exists because discovery cannot decide one thing: T5 computes its relative position bias in the
+    first block of each stack and passes it to the others, so a splice must recompute it for T+N positions with
+    ``compute_bias`` and hand later blocks the T-position bias again.
+    """
 
-    def blocks(self, model: torch.nn.Module, stack: str) -> list[torch.nn.Module]:
-        """Encoder blocks for ``encoder``; decoder blocks for ``decoder`` and ``cross``."""
-        t5: Any = model
-        side = t5.encoder if stack == "encoder" else t5.decoder
-        return list(side.block)
-
-    def attention_module(self, block: torch.nn.Module, stack: str) -> torch.nn.Module:
-        """``layer[0].SelfAttention`` or, for ``cross``, ``layer[1].EncDecAttention``."""
-        t5_block: Any = block
-        if stack == "cross":
-            return t5_block.layer[1].EncDecAttention
-        return t5_block.layer[0].SelfAttention
-
-    def model_inputs(self, batch: Encoded) -> dict[str, torch.Tensor]:
-        """Encoder inputs plus decoder inputs (the batch's target side)."""
-        if batch.target_ids is None:
+    def __init__(self, found: Discovered) -> None:
+        super().__init__(found)
+        missing = {"encoder", "decoder", "cross"} - set(found.stacks)
+        if missing:
             raise UsageError(
-                "a T5 base needs decoder inputs: encode the batch with a target side (Base.encode adds one)"
+                f"{found.model_type}: no {', '.join(sorted(missing))} attention was found where T5 has one"
             )
-        return {
-            "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask,
-            "decoder_input_ids": batch.target_ids,
-            "decoder_attention_mask": batch.target_mask,  # type: ignore[dict-item]
-        }
-
-    def forward(self, model: torch.nn.Module, batch: Encoded, **kwargs):
-        """Run encoder and decoder without a cache."""
-        return model(**self.model_inputs(batch), use_cache=False, **kwargs)
-
-    def stack_causal(self, stack: str) -> bool:
-        """The decoder's self-attention is causal; the encoder's is not."""
-        return stack == "decoder"
+        self.supports_guidance = True
+        self.guidance_refusal = None
+        self.supports_prefix = False
+        self.prefix_refusal = "T5 takes no key-only prefix cache in anchorlens"
+        self.guidance_stacks = ("encoder", "decoder")
+        self.block_args = (
+            "hidden_states",
+            "attention_mask",
+            "position_bias",
+            "encoder_hidden_states",
+            "encoder_attention_mask",
+            "encoder_decoder_position_bias",
+        )
 
     def forward_embeds(self, model, batch: Encoded, inputs_embeds, attention_mask, cache=None, **kwargs):
         """Encoder from embeddings [B, T', d] and mask [B, T']; decoder from the batch's target ids."""
@@ -96,7 +72,9 @@ class T5Adapter(ArchAdapter):
 
     def splice_block_inputs(self, model, stack, args, kwargs, hidden, splice: Splice, valid, memo, layer=None):
         """Also recompute the relative position bias for T+N and extend cross-attention rows."""
-        args, kwargs = super().splice_block_inputs(model, stack, args, kwargs, hidden, splice, valid, memo, layer)
+        args, kwargs = ArchAdapter.splice_block_inputs(
+            self, model, stack, args, kwargs, hidden, splice, valid, memo, layer
+        )
         bias = self._bias(model, stack, splice.new_len, hidden.device, memo)
         args, kwargs = self.set_arg(args, kwargs, "position_bias", bias)
         for name in ("encoder_attention_mask", "encoder_decoder_position_bias"):
