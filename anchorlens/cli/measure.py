@@ -17,6 +17,7 @@ from anchorlens.cli.options import (
     BatchOptions,
     Ckpts_,
     DataOptions,
+    ExactnessOptions,
     FigureOptions,
     ModelOptions,
     OutputOptions,
@@ -128,6 +129,7 @@ def compare(
     data: DataOptions,
     select: SelectionOptions,
     batch: BatchOptions,
+    exactness: ExactnessOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
     map_example: Annotated[
@@ -147,7 +149,7 @@ def compare(
     try:
         data.read()
         selection = select.selection()
-        _compare(ckpt, model, data, selection, batch, claim, figures, map_example)
+        _compare(ckpt, model, data, selection, batch, claim, figures, map_example, exactness)
     finally:
         if claim is not None:
             claim.release()
@@ -162,6 +164,7 @@ def _compare(
     claim: OutClaim | None,
     figures: FigureOptions,
     map_example: int,
+    exactness: ExactnessOptions = ExactnessOptions(),
 ) -> None:
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
@@ -178,6 +181,7 @@ def _compare(
                 batch_size=batch.size(model.device),
                 map_example=map_example,
                 progress=rt.is_main(),
+                certificate=exactness.certify(),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -265,6 +269,7 @@ def capture(
     data: TruncatedDataOptions,
     select: SelectionOptions,
     batch: BatchOptions,
+    exactness: ExactnessOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-capture")),
     chunk_size: Annotated[
         int, typer.Option("--chunk-size", parser=at_least(1), metavar="N", help="Examples per saved progress shard.")
@@ -297,6 +302,7 @@ def capture(
         max_length=data.max_length,
         device=model.device,
         allow_other_base=model.allow_other_base,
+        certificate=exactness.certify(),
         **data.input_kwargs(),
     )
     if is_main():

@@ -242,6 +242,32 @@ class SelectionOptions:
             ) from None
 
 
+@dataclass(frozen=True)
+class ExactnessOptions:
+    """Whether the capture is certified against eager attention on the first examples, and what an inexact one does."""
+
+    no_certificate: Annotated[
+        bool,
+        typer.Option(
+            "--no-certificate",
+            help="Skip checking the capture against eager attention on the first examples (for benchmarks).",
+        ),
+    ] = False
+    allow_inexact: Annotated[
+        bool,
+        typer.Option(
+            "--allow-inexact",
+            help="Go on when the capture differs from eager beyond the threshold (the manifest records it).",
+        ),
+    ] = False
+
+    def certify(self):
+        """The :class:`~anchorlens.capture.certificate.CertifyOptions` of these flags."""
+        from anchorlens.capture.certificate import CertifyOptions
+
+        return CertifyOptions(enabled=not self.no_certificate, allow_inexact=self.allow_inexact)
+
+
 CPU_BATCH_SIZE = 8  # on CPU larger batches only add padding: time per example is flat from about 8
 ACCELERATOR_BATCH_SIZE = 32  # an accelerator needs wide batches to be busy; the capture's budget bounds memory
 
@@ -335,6 +361,7 @@ GROUPS: tuple[type, ...] = (
     ModelOptions,
     DataOptions,
     SelectionOptions,
+    ExactnessOptions,
     BatchOptions,
     OutputOptions,
     FigureOptions,

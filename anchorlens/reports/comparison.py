@@ -127,6 +127,25 @@ def other_base_warnings(facts: dict) -> list[str]:
     return [*lines, ""] if lines else []
 
 
+def exactness_lines(facts: dict) -> list[str]:
+    """One summary line per checkpoint's certificate (its capture against eager on the first examples)."""
+    lines = []
+    for name, record in (facts.get("exactness") or {}).items():
+        if record is None:
+            continue
+        worst = record.get("max_abs_diff")
+        if worst is None:
+            lines.append(f"Exactness of {name}: not certified ({record.get('unavailable', 'no layer checked')}).")
+            continue
+        verdict = "within" if record.get("exact") else "ABOVE (--allow-inexact)"
+        lines.append(
+            f"Exactness of {name}: max |Δ| {worst:.1e} against eager attention over {len(record['per_layer'])} "
+            f"layers on {record['examples']} examples, {verdict} the {record['dtype']} threshold "
+            f"{record['threshold']:.0e}."
+        )
+    return lines
+
+
 def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
@@ -142,6 +161,8 @@ def write_comparison(
             rendered = write_figures(result, tmp / "figures")
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
+        shown = {k: v for k, v in facts.items() if k != "exactness"}  # per-layer lists stay in the manifest
+        exact = exactness_lines(result.facts)
         md = [
             f"# {title}",
             "",
@@ -149,6 +170,7 @@ def write_comparison(
             f"{result.facts['source']}, base {result.facts['base']} (every checkpoint runs on this one base).",
             "",
             *other_base_warnings(result.facts),
+            *(f"{line}\n" for line in exact),
             "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
             f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.",
             "",
@@ -163,10 +185,10 @@ def write_comparison(
         (tmp / "report.html").write_text(
             render_report(
                 title,
-                facts,
+                shown,
                 grid,
                 rendered,
-                [*other_base_warnings(result.facts)[:-1], DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
+                [*other_base_warnings(result.facts)[:-1], *exact, DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
             )
         )
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})

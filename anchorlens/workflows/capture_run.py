@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
@@ -32,6 +33,7 @@ from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, concat_shards, run_chunks
 from anchorlens.tasks.prompts import PromptOptions, Prompts
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.statistics import certify_capture
 
 METRICS_FILE = "metrics.parquet"
 MANIFEST_FILE = MANIFEST
@@ -157,11 +159,14 @@ def run_capture(
     device: str | None = None,
     allow_other_base: bool = False,
     on_chunk_saved: Callable[[int], None] | None = None,
+    certificate: CertifyOptions = CertifyOptions(),
 ) -> Path:
     """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable).
 
     OUT is claimed by rank 0 before anything is computed and held until the end. on_chunk_saved(chunk)
     runs after each chunk's progress is committed (see :func:`~anchorlens.runtime.shards.run_chunks`).
+    ``certificate``: the capture is checked against eager on the first examples before any chunk (the manifest's
+    ``exactness``); an inexact capture stops the run unless allowed.
     """
     if batch_size < 1 or chunk_size < 1:
         raise UsageError(f"--batch-size and --chunk-size must be at least 1 (got {batch_size}, {chunk_size})")
@@ -204,6 +209,9 @@ def run_capture(
             dtype=dtype,
             seed=seed,
         )
+        exactness = certify_capture(
+            model, rows, prompts, selection=selection, max_length=max_length, options=certificate, label=ckpt
+        )
         facts_out = {
             **facts,
             "run_key": key,
@@ -212,6 +220,7 @@ def run_capture(
             "roles": prompts.roles.to_json(),
             "world_size": info.world_size,
             "launcher": info.launcher,
+            **({"exactness": exactness} if exactness is not None else {}),
         }
         store = rt.agree(lambda: prepare_out(claim, key, force, facts) if claim is not None else None)
         rt.barrier()

@@ -12,6 +12,7 @@ import pandas as pd
 from anchorlens.analyses import average_heads, compare_frames, headline_table
 from anchorlens.analyses.frames import concat_frames
 from anchorlens.analyses.headline import HEADLINE, anchor_metrics
+from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
@@ -21,7 +22,7 @@ from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.statistics import capture_statistics
+from anchorlens.workflows.statistics import capture_statistics, certify_capture
 
 # metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
 PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
@@ -79,12 +80,14 @@ def compare(
     field_map: Any = None,
     prompt: PromptOptions | None = None,
     max_length: int | None = None,
+    certificate: CertifyOptions = CertifyOptions(),
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
     ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``);
     ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot) of the inputs;
-    ``max_length``: a text task's window (and every input's truncation).
+    ``max_length``: a text task's window (and every input's truncation); ``certificate``: each checkpoint's capture
+    is checked against eager on the first examples first (``facts["exactness"]``), an inexact one refused.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -101,6 +104,12 @@ def compare(
     for model in models.values():
         check_selection(model, selection)
         validate_positions(model, rows, prompts, batch_size)
+    exactness = {
+        name: certify_capture(
+            model, rows, prompts, selection=selection, max_length=max_length, options=certificate, label=name
+        )
+        for name, model in models.items()
+    }
     frames, maps, params = {}, {}, {}
     for name, model in models.items():
         bar = _progress(progress, len(rows), name)
@@ -138,6 +147,8 @@ def compare(
         "roles": prompts.roles.to_json(),
         **inputs.facts(),
     }
+    if certificate.enabled:
+        facts["exactness"] = exactness
     other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
     if other:
         facts["other_base"] = other

@@ -1,4 +1,4 @@
-"""Stream a model's attention over examples into a tidy metrics frame."""
+"""Stream a model's attention over examples into a tidy metrics frame, and certify the capture against eager."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pandas as pd
 
 from anchorlens import runtime as rt
 from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.capture.certificate import CertifyOptions, certify, require_exact
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.tasks.prompts import Prompts
@@ -50,3 +51,36 @@ def capture_statistics(
     stream_statistics(model, batches, reducers, selection, progress=progress)
     rt.all_reduce_reducers(reducers)
     return metrics_frame(reducers, anchors=anchors)
+
+
+def certify_capture(
+    model,
+    rows: Sequence,
+    prompts: Prompts,
+    *,
+    selection: Selection = Selection(),
+    max_length: int | None = None,
+    options: CertifyOptions = CertifyOptions(),
+    label: str = "the capture",
+) -> dict | None:
+    """The manifest's ``exactness`` record of ``model``'s capture on the first rows (None when disabled).
+
+    InexactCaptureError (one line naming the layer) when the capture differs from eager beyond the dtype's threshold,
+    unless ``options.allow_inexact``.
+    """
+    if not options.enabled or not rows:
+        return None
+    count = min(options.examples, len(rows))
+    batch = next(
+        encode_batches(
+            model,
+            [rows[i] for i in range(count)],
+            prompts,
+            batch_size=count,
+            example_ids=range(count),
+            max_length=max_length,
+        )
+    )
+    certificate = certify(model, batch, selection)
+    require_exact(certificate, label, options.allow_inexact)
+    return certificate.to_json()

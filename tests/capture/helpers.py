@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import torch
 
+from anchorlens.capture.certificate import eager_reference
+
 
 class Collect:
     """Sink that keeps every event (tests only: holds all maps)."""
@@ -20,26 +22,9 @@ class Collect:
 
 
 def eager_attentions(base, batch) -> dict:
-    """Reference attentions from HF eager ``output_attentions``: per stack, layer -> [B,H,Q,K].
-
-    Eager returns one map per softmax-attention layer in order; hybrid models have layers without one, so the
-    maps are keyed by the discovered layers of their sites."""
-    model = base.model
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            out = base.forward(batch, output_attentions=True)
-    finally:
-        model.set_attn_implementation(before)
-    if base.is_encoder_decoder:
-        maps = {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
-    else:
-        maps = {base.adapter.stacks()[0]: out.attentions}
-    layers: dict[str, list[int]] = {}
-    for site, _ in base.sites():
-        layers.setdefault(site.stack, []).append(site.layer)
-    return {stack: dict(zip(layers[stack], tensors, strict=True)) for stack, tensors in maps.items()}
+    """Reference attentions from HF eager ``output_attentions``: per stack, layer -> [B,H,Q,K] (the certificate's
+    reference, keyed by the discovered layers of the sites: hybrid models have layers without softmax)."""
+    return eager_reference(base, batch)
 
 
 def plain_logits(base, batch) -> torch.Tensor:

@@ -1,0 +1,157 @@
+"""The certificate: every verified family's capture (base and instance) checks out against eager; a wrong capture
+is caught, named by its layer and refused; runs record the certificate in their manifest."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from anchorlens.capture.certificate import (
+    Certificate,
+    CertifyOptions,
+    InexactCaptureError,
+    LayerDiff,
+    certify,
+    require_exact,
+    threshold_for,
+)
+from anchorlens.capture.selection import Selection
+from anchorlens.capture.session import CaptureSession
+from anchorlens.errors import UsageError
+from anchorlens.methods.spec import load_guided
+from anchorlens.models.verified import VERIFIED, verified_bases
+from tests.methods.helpers import rte_batch
+
+GUIDED = [v.tiny for v in VERIFIED if v.guidance != "capture only"]
+
+
+@pytest.mark.parametrize("name", GUIDED)
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_instance_token_capture_is_certified_exact_on_every_guided_family(tiny_base, name, padding_side):
+    """The instance token (inserted at position 0) changes every map; they still equal eager's (<= 1e-5)."""
+    model = load_guided("instance", base=tiny_base(name))
+    certificate = certify(model, rte_batch(model.base, padding_side))
+    sites = {(s.stack, s.layer) for s, _ in model.sites()}
+    assert {(d.stack, d.layer) for d in certificate.per_layer} == sites  # every softmax layer was checked
+    assert certificate.max_abs_diff is not None and certificate.max_abs_diff <= 1e-5, certificate.summary()
+    assert certificate.exact and certificate.unavailable is None
+
+
+@pytest.mark.parametrize("name", verified_bases(guidance="capture only"))
+def test_encoders_are_certified_exact(tiny_base, name):
+    certificate = certify(tiny_base(name), rte_batch(tiny_base(name), "right"))
+    assert certificate.exact and certificate.max_abs_diff is not None and certificate.max_abs_diff <= 1e-5
+
+
+def _wrong_capture(monkeypatch, layer: int) -> None:
+    """Make the captured probabilities wrong at one layer (a bug in the recompute, as a test can force one)."""
+    original = CaptureSession.emit
+
+    def skewed(self, site, probs, *args, **kwargs):
+        if site.layer == layer:
+            probs = probs.clone()
+            probs[..., 0] += 0.01
+        return original(self, site, probs, *args, **kwargs)
+
+    monkeypatch.setattr(CaptureSession, "emit", skewed)
+
+
+def test_a_wrong_capture_is_found_at_its_layer_and_refused(tiny_base, monkeypatch):
+    base = tiny_base("tiny-llama")
+    _wrong_capture(monkeypatch, layer=2)
+    certificate = certify(base, rte_batch(base, "left"))
+    by_layer = {d.layer: d.max_abs_diff for d in certificate.per_layer}
+    assert by_layer[2] is not None and by_layer[2] >= 0.01 - 1e-6
+    assert not certificate.exact and certificate.worst == LayerDiff("decoder", 2, by_layer[2])
+    with pytest.raises(InexactCaptureError, match=r"decoder layer 2 \(threshold 1e-04 for float32\)") as err:
+        require_exact(certificate, "tiny-llama")
+    message = str(err.value)
+    assert "\n" not in message and "--allow-inexact" in message and isinstance(err.value, UsageError)
+    require_exact(certificate, "tiny-llama", allow_inexact=True)  # allowed: no error, the record says inexact
+    assert certificate.to_json()["exact"] is False
+
+
+def test_the_certificate_follows_the_selection_and_query_chunks(tiny_base):
+    """Only the selected layers are checked, and chunked queries (a tiny memory budget) are compared slice by slice."""
+    from anchorlens.capture.options import CaptureOptions
+
+    base = tiny_base("tiny-qwen2")
+    batch = rte_batch(base, "left")
+    certificate = certify(base, batch, Selection(layers=(1, 3)), CaptureOptions(memory_budget=4096))
+    assert [d.layer for d in certificate.per_layer] == [1, 3]
+    assert certificate.exact and certificate.max_abs_diff is not None and certificate.max_abs_diff <= 1e-5
+
+
+def test_half_precision_has_its_own_threshold(tiny_base):
+    from anchorlens.models.loading import load_base
+
+    base = load_base("tiny-llama", dtype="bfloat16")
+    certificate = certify(base, rte_batch(base, "right"))
+    assert certificate.dtype == "bfloat16" and certificate.threshold == threshold_for(torch.bfloat16) > 1e-4
+    assert certificate.exact, certificate.summary()
+
+
+def test_the_record_says_what_was_checked():
+    certificate = Certificate(
+        per_layer=(LayerDiff("decoder", 0, 1e-8), LayerDiff("decoder", 1, 3e-7)),
+        examples=2,
+        threshold=1e-4,
+        dtype="float32",
+        seconds=0.5,
+    )
+    record = certificate.to_json()
+    assert record["reference"] == "eager" and record["max_abs_diff"] == 3e-7 and record["examples"] == 2
+    assert record["per_layer"][1] == {"stack": "decoder", "layer": 1, "max_abs_diff": 3e-7}
+    assert "3.0e-07" in certificate.summary() and "2 layers" in certificate.summary()
+    with pytest.raises(UsageError):
+        CertifyOptions(examples=0)
+
+
+def test_capture_runs_record_the_certificate_and_refuse_a_wrong_capture(tiny_base, tmp_path, monkeypatch):
+    from anchorlens.workflows.capture_run import run_capture
+
+    out = run_capture("instance", "tiny-llama", "rte", None, 4, Selection(), 2, tmp_path / "run", False, progress=False)
+    record = json.loads((out / "manifest.json").read_text())["exactness"]
+    assert record["reference"] == "eager" and record["exact"] and record["examples"] == 2
+    assert record["max_abs_diff"] <= 1e-5 and len(record["per_layer"]) == 4
+
+    _wrong_capture(monkeypatch, layer=1)
+    with pytest.raises(InexactCaptureError, match="layer 1"):
+        run_capture("base", "tiny-llama", "rte", None, 4, Selection(), 2, tmp_path / "wrong", False, progress=False)
+    assert not (tmp_path / "wrong").exists()  # refused before anything was written
+    skipped = run_capture(
+        "base",
+        "tiny-llama",
+        "rte",
+        None,
+        4,
+        Selection(),
+        2,
+        tmp_path / "skipped",
+        False,
+        progress=False,
+        certificate=CertifyOptions(enabled=False),
+    )
+    assert "exactness" not in json.loads((skipped / "manifest.json").read_text())
+
+
+def test_compare_certifies_every_checkpoint_and_reports_it(tmp_path):
+    from anchorlens.reports.comparison import write_comparison
+    from anchorlens.workflows.compare import compare
+
+    result = compare(["base", "instance"], base="tiny-llama", n=4, batch_size=2, n_boot=50)
+    records = result.facts["exactness"]
+    assert set(records) == {"base", "instance"} and all(
+        r["exact"] and r["max_abs_diff"] <= 1e-5 for r in records.values()
+    )
+    out = write_comparison(result, tmp_path / "cmp")
+    summary = (out / "summary.md").read_text()
+    assert "Exactness of instance: max |Δ|" in summary and "against eager attention over 4 layers" in summary
+    assert json.loads((out / "manifest.json").read_text())["exactness"]["instance"]["per_layer"][0]["layer"] == 0
+    assert "Exactness of base" in (out / "report.html").read_text()
+    skipped = compare(
+        ["base", "instance"], base="tiny-llama", n=4, batch_size=2, n_boot=50, certificate=CertifyOptions(enabled=False)
+    )
+    assert "exactness" not in skipped.facts
