@@ -47,7 +47,7 @@ def _slug(heading: str) -> str:
 
 def _outside_code_blocks(text: str) -> str:
     """The markdown text without its fenced code blocks (a shell line may look like a link)."""
-    return re.sub(r"^```.*?^```", "", text, flags=re.M | re.S)
+    return re.sub(r"^ *```.*?^ *```", "", text, flags=re.M | re.S)
 
 
 @pytest.mark.parametrize("name", DOCS)
