@@ -189,3 +189,28 @@ def verified_bases(kind: str | None = None, guidance: str | None = None, prefix:
         and (guidance is None or v.guidance == guidance)
         and (prefix is None or v.prefix == prefix)
     ]
+
+
+HOW_VERIFIED = {
+    FULL: "eager ≤ 1e-5 (base, instance); every reference loop",
+    REFERENCE: "eager ≤ 1e-5 (base, instance); reference loops (left padding)",
+    CAPTURE_ONLY: "eager ≤ 1e-5 (base)",
+}
+
+
+def verified_table() -> str:
+    """The verified families as the markdown table ``anchorlens models`` prints and the README shows."""
+    lines = [
+        "| family | `model_type` | kind | guidance | PEFT prefix | verified by | mechanisms discovered |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for v in VERIFIED:
+        mechanisms = ", ".join(v.mechanisms) or "—"
+        if v.other_layers:
+            mechanisms += f" (other layers: {', '.join(v.other_layers)})"
+        prefix = "yes (= PEFT's forward)" if v.prefix else "—"
+        lines.append(
+            f"| {v.family} | `{v.model_type}` | {v.kind} | {v.guidance} | {prefix} | {HOW_VERIFIED[v.guidance]} "
+            f"| {mechanisms} |"
+        )
+    return "\n".join(lines)
