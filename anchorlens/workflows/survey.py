@@ -45,8 +45,8 @@ def _one_line(err: BaseException) -> str:
 def survey_one(model_type: str) -> SurveyRow:
     """Build, discover and certify one tiny ``model_type`` (base and instance)."""
     from anchorlens.methods.spec import load_guided
-    from anchorlens.models.base import Base
     from anchorlens.models.adapters import adapter_for
+    from anchorlens.models.base import Base
     from anchorlens.models.tiny_any import build_tiny_any
     from anchorlens.models.tiny_tokenizers import tiny_tokenizer
     from anchorlens.tasks import bundled_examples, get_task

@@ -16,7 +16,9 @@ def test_survey_certifies_discovered_types_and_names_why_others_are_not():
     assert rows["qwen2"].status == EXACT and rows["qwen2"].guidance
     assert rows["qwen2"].max_abs_diff is not None and rows["qwen2"].max_abs_diff <= 1e-5
     assert rows["bloom"].status == REFUSED and "bypasses transformers' AttentionInterface" in rows["bloom"].reason
-    assert rows["mamba"].status == REFUSED and "no module called transformers' AttentionInterface" in rows["mamba"].reason
+    assert (
+        rows["mamba"].status == REFUSED and "no module called transformers' AttentionInterface" in rows["mamba"].reason
+    )
     assert rows["whisper"].status == UNBUILDABLE and "no language-model class" in rows["whisper"].reason
     assert {v.model_type for v in VERIFIED} <= set(all_model_types())
 
