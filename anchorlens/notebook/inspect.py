@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads, default_reducers, metrics_frame
+from anchorlens.capture.certificate import Certificate, certify, require_exact
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.selection import Selection
@@ -132,6 +133,7 @@ class Inspection:
     maps: AttentionMaps
     selection: Selection
     checkpoint: str = "model"
+    certificate: Certificate | None = None
     _png: bytes | None = field(default=None, repr=False)
 
     def plot(
@@ -179,6 +181,7 @@ class Inspection:
             f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
             f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
             f"  top anchors (mean attention received): {anchors}\n"
+            f"  exactness: {self.certificate.summary() if self.certificate else 'not certified'}\n"
             f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]"
         )
 
@@ -218,6 +221,7 @@ def inspect(
     name: str | None = None,
     chat: bool | None = None,
     system: str | None = None,
+    allow_inexact: bool = False,
 ) -> Inspection:
     """Capture full maps of one input (a string, or a task example dict) through a model.
 
@@ -225,7 +229,8 @@ def inspect(
     or a PEFT prompt-learning model (both with ``tokenizer=``). ``task``: a built-in name, a task file (.toml
     or harness .yaml) or a Task; a string without one is plain text (the ``text`` task's roles: newline,
     punct, content). ``chat``/``system``: render through the tokenizer's chat template. ``name`` overrides
-    the checkpoint title.
+    the checkpoint title. The capture of this input is certified against eager attention (``.certificate``);
+    ``allow_inexact`` keeps maps that differ from eager beyond the threshold (InexactCaptureError otherwise).
     """
     _check_model_arg(model_or_spec)
     if not isinstance(text_or_example, (str, Mapping)):
@@ -242,6 +247,8 @@ def inspect(
     model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     prompts = build_prompts(spec, model.base.tokenizer, PromptOptions(chat=chat, system=system, shots=0))
     selection = Selection(layers=layers, heads=heads)
-    batches = encode_batches(model, [example], prompts, batch_size=1)
-    maps = collect_maps(model, batches, selection, max_examples=1)[0]
-    return Inspection(model, example, prompts, maps, selection, checkpoint=name or checkpoint)
+    batch = next(encode_batches(model, [example], prompts, batch_size=1))
+    certificate = certify(model, batch, selection)
+    require_exact(certificate, name or checkpoint, allow_inexact)
+    maps = collect_maps(model, [batch], selection, max_examples=1)[0]
+    return Inspection(model, example, prompts, maps, selection, checkpoint=name or checkpoint, certificate=certificate)

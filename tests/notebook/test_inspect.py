@@ -94,3 +94,10 @@ def test_widget_one_shared_scale_and_masked_flag(base_view):
     data = json.loads(re.search(r'const root=document.getElementById\("[^"]+"\), D=(\{.*?\});\n', html, re.S).group(1))
     assert data["causal"] is True and data["vmax"] == pytest.approx(vmax)
     assert "<script src" not in html and "http" not in html
+
+
+def test_inspect_certifies_its_input_and_shows_it():
+    view = inspect("instance", {"premise": "A cat sat.", "hypothesis": "A cat sits."}, task="rte", base="tiny-qwen2")
+    assert view.certificate is not None and view.certificate.exact
+    assert view.certificate.examples == 1 and len(view.certificate.per_layer) == 4
+    assert "exactness: max |Δ|" in view.summary() and "vs eager over 4 layers" in view.summary()
