@@ -155,3 +155,31 @@ def test_compare_certifies_every_checkpoint_and_reports_it(tmp_path):
         ["base", "instance"], base="tiny-llama", n=4, batch_size=2, n_boot=50, certificate=CertifyOptions(enabled=False)
     )
     assert "exactness" not in skipped.facts
+
+
+def test_a_capture_eager_cannot_check_is_refused_unless_allowed():
+    """ALBERT's eager forward returns no attention weights: nothing can certify its capture, so a run says so."""
+    from anchorlens.models.adapters import adapter_for
+    from anchorlens.models.base import Base
+    from anchorlens.models.tiny_any import build_tiny_any
+    from anchorlens.models.tiny_tokenizers import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer("llama")
+    model = build_tiny_any("albert", tokenizer)
+    base = Base("tiny-albert", model, tokenizer, adapter_for(model))
+    certificate = certify(base, rte_batch(base, "right"))
+    assert certificate.max_abs_diff is None and "returned no weights" in (certificate.unavailable or "")
+    assert certificate.to_json()["unavailable"] and not certificate.exact
+    with pytest.raises(InexactCaptureError, match="cannot be certified .*--allow-inexact") as err:
+        require_exact(certificate, "tiny-albert")
+    assert "\n" not in str(err.value)
+    require_exact(certificate, "tiny-albert", allow_inexact=True)
+
+
+def test_granite_swa_learned_sink_is_certified_in_its_own_weights_convention():
+    """Granite SWA's eager weights exclude the sink (it scales the output instead); gpt-oss's include it. Both
+    certify exact: the captured rows (1 - sink over real keys) renormalized equal Granite's."""
+    from anchorlens.workflows.survey import EXACT, survey
+
+    rows = {row.model_type: row for row in survey(["granite_swa", "gpt_oss"])}
+    assert all(row.status == EXACT for row in rows.values()), rows
