@@ -33,8 +33,8 @@ def _fail(file: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{file}: {message}")
 
 
-def read_peft_config(path: str | Path) -> dict[str, Any]:
-    """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
+def read_adapter_json(path: str | Path) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` as a dict; CheckpointError naming the file when absent or malformed."""
     file = Path(path).expanduser() / CONFIG_FILE
     if not file.is_file():
         raise CheckpointError(f"{path} is not a PEFT adapter directory (no {CONFIG_FILE})")
@@ -44,9 +44,21 @@ def read_peft_config(path: str | Path) -> dict[str, Any]:
         raise _fail(file, f"not valid JSON ({str(err).splitlines()[0]})") from None
     if not isinstance(cfg, dict):
         raise _fail(file, f"must hold a JSON object; got {type(cfg).__name__}")
+    return cfg
+
+
+def read_peft_config(path: str | Path) -> dict[str, Any]:
+    """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
+    from anchorlens.methods.peft_lora import INJECTED_TYPES
+
+    file = Path(path).expanduser() / CONFIG_FILE
+    cfg = read_adapter_json(path)
     kind = cfg.get("peft_type")
     if not isinstance(kind, str) or kind.upper() not in PEFT_TYPES:
-        raise UsageError(f"PEFT adapter {path} is of type {kind or '?'}; anchorlens imports {', '.join(PEFT_TYPES)}")
+        raise UsageError(
+            f"PEFT adapter {path} is of type {kind or '?'}; anchorlens loads {', '.join(PEFT_TYPES)} "
+            f"(as guidance) and {', '.join(INJECTED_TYPES)} (applied by PEFT)"
+        )
     for key in _INT_FIELDS:
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):

@@ -36,10 +36,11 @@ class Directory:
 
     path: str
     kind: Literal["checkpoint", "peft"]
+    merge: bool = False  # a LoRA-family PEFT adapter merged into copies of the weights it changes
 
     def __str__(self) -> str:
-        """The path as written."""
-        return self.path
+        """The path as written (``:merge=true`` after a merged adapter)."""
+        return self.path + (":merge=true" if self.merge else "")
 
 
 SpecPart = MethodConfig | Directory
@@ -144,6 +145,12 @@ def _parse_part(text: str) -> SpecPart | None:
     if path is not None:
         return _directory_part(path, text)
     name, colon, opts = text.partition(":")
+    folder = _resolve_dir(name.strip()) if colon else None
+    if folder is not None:  # ``LORA_DIR:merge=true``
+        from anchorlens.methods.peft_lora import parse_directory_options
+
+        part = _directory_part(folder, name.strip())
+        return dataclasses.replace(part, merge=parse_directory_options(folder, opts, text))
     key = name.strip().lower()
     if key in _BASE_NAMES:
         if colon:
@@ -214,6 +221,7 @@ def load_guided(
     """
     from anchorlens.methods.checkpoints import load_checkpoint
     from anchorlens.methods.peft_import import peft_guidances
+    from anchorlens.methods.peft_lora import apply_adapter, is_injected
 
     if isinstance(spec_or_model, GuidedModel):
         return spec_or_model
@@ -228,7 +236,15 @@ def load_guided(
     base_obj = _resolve_base(base, spec)
     guidances: list = []
     meta: dict[str, Any] = {}
+    layered = [p for p in spec.parts if isinstance(p, Directory) and p.kind == "peft" and is_injected(p.path)]
+    for layer_part in layered:  # LoRA-family adapters change the base's layers: applied by PEFT before guidance binds
+        adapted = apply_adapter(base_obj, layer_part.path, merge=layer_part.merge, allow_other_base=allow_other_base)
+        base_obj, meta["peft_adapter"] = adapted, adapted.facts
+        if adapted.facts.get("other_base"):
+            meta["other_base"] = meta.get("other_base", []) + adapted.facts["other_base"]
     for part in spec.parts:
+        if part in layered:
+            continue
         if isinstance(part, MethodConfig):
             guidances.append(part.build())
         elif part.kind == "checkpoint":
