@@ -31,6 +31,7 @@ import torch
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_import import WEIGHTS_FILE, check_peft_base, read_adapter_json
 from anchorlens.models.base import Base
+from anchorlens.rundir import file_digest
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
 # PEFT types injected into the base's layers and tested against PEFT's own forward (DoRA is LORA with use_dora)
@@ -172,6 +173,7 @@ def apply_adapter(base: Base, path: str | Path, *, merge: bool = False, allow_ot
     through.
     """
     from peft import PeftModel
+    from peft import __version__ as peft_version
 
     path = Path(path).expanduser()
     if isinstance(base, AdaptedBase):
@@ -198,9 +200,11 @@ def apply_adapter(base: Base, path: str | Path, *, merge: bool = False, allow_ot
     params = sum(t.numel() for t in saved.values())
     facts: dict[str, Any] = {
         "path": str(path),
+        "peft_version": peft_version,
         "peft_type": kind + ("+DoRA" if getattr(adapter_cfg, "use_dora", False) else ""),
         "recorded_base": name or None,
         "parameters": int(params),
+        "weights_digest": file_digest(path / WEIGHTS_FILE),
         "merged": merge,
     }
     if merge:

@@ -23,7 +23,7 @@ from anchorlens.methods.registry import METHODS  # noqa: F401  (registers the bu
 from anchorlens.models.base import Base
 
 _BASE_NAMES = ("base", "none")
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")  # ORG/NAME[@REVISION], as for bases
 
 
 def _choices_text() -> str:

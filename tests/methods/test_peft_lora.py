@@ -21,11 +21,16 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 TOL = 1e-5
 BASE = "tiny-llama"
+KINDS = ("lora", "dora", "ia3", "loha", "lokr")
 
 
 def _config(kind: str):
-    from peft import IA3Config, LoraConfig
+    from peft import IA3Config, LoHaConfig, LoKrConfig, LoraConfig
 
+    if kind == "loha":
+        return LoHaConfig(task_type="CAUSAL_LM", r=4, alpha=8, target_modules=["q_proj", "v_proj"])
+    if kind == "lokr":
+        return LoKrConfig(task_type="CAUSAL_LM", r=4, alpha=8, target_modules=["q_proj", "v_proj"])
     if kind == "ia3":
         return IA3Config(
             task_type="CAUSAL_LM", target_modules=["k_proj", "v_proj", "down_proj"], feedforward_modules=["down_proj"]
@@ -54,11 +59,22 @@ def _train(kind: str, path):
     return model
 
 
+class _Trained(dict):
+    """kind -> (PEFT model, adapter directory), each trained on first use."""
+
+    def __init__(self, root) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, kind: str):
+        self[kind] = (_train(kind, self.root / kind), self.root / kind)
+        return self[kind]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """kind -> (PEFT model, adapter directory), trained once per module."""
-    root = tmp_path_factory.mktemp("peft-lora")
-    return {kind: (_train(kind, root / kind), root / kind) for kind in ("lora", "dora", "ia3")}
+    """kind -> (PEFT model, adapter directory), trained once per module when first asked for."""
+    return _Trained(tmp_path_factory.mktemp("peft-lora"))
 
 
 def _peft_logits(peft_model, batch) -> torch.Tensor:
@@ -66,7 +82,7 @@ def _peft_logits(peft_model, batch) -> torch.Tensor:
         return peft_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
 
 
-@pytest.mark.parametrize("kind", ["lora", "dora", "ia3"])
+@pytest.mark.parametrize("kind", ["lora", *(pytest.param(k, marks=pytest.mark.slow) for k in KINDS[1:])])
 @pytest.mark.parametrize("merge", [False, True])
 @pytest.mark.parametrize("padding_side", ["right", "left"])
 def test_logits_equal_peft_forward_unmerged_and_merged(trained, tiny_base, kind, merge, padding_side):
@@ -146,7 +162,7 @@ def test_spec_option_round_trips_and_is_refused_elsewhere(trained, tmp_path):
 
 def test_two_layer_adapters_in_one_spec_are_refused(trained, tiny_base):
     with pytest.raises(UsageError, match="one LoRA-family adapter per model"):
-        load_guided(f"{trained['lora'][1]}+{trained['ia3'][1]}", base=tiny_base(BASE))
+        load_guided(f"{trained['lora'][1]}+{trained['lora'][1]}", base=tiny_base(BASE))
 
 
 # ---------------------------------------------------------------------- another base
@@ -221,7 +237,7 @@ def test_cli_refuses_an_adapter_of_another_base_with_exit_2(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_runs_the_adapter_against_the_base(trained):
+def test_compare_runs_the_adapter_against_the_base(trained, tmp_path):
     from anchorlens.workflows.compare import compare
 
     _, path = trained["lora"]
@@ -233,3 +249,32 @@ def test_compare_runs_the_adapter_against_the_base(trained):
     adapters = result.facts["peft_adapters"]
     assert adapters[names[1]]["peft_type"] == "LORA" and adapters[names[2]]["merged"] is True
     assert "bases" not in result.facts
+    from anchorlens.reports.comparison import write_comparison
+
+    folder = write_comparison(result, tmp_path / "out", figures=False)
+    summary = (folder / "summary.md").read_text()
+    assert f"{names[1]} applies the PEFT LORA adapter {path} (" in summary and "merged)." in summary
+    assert "every checkpoint runs on this one base" in summary
+
+
+def test_adapter_hub_id_resolves_from_the_hf_cache(trained, tiny_base, tmp_path, monkeypatch):
+    import shutil
+
+    from huggingface_hub import constants
+
+    commit = "e" * 40
+    cache = tmp_path / "hub"
+    snap = cache / "models--acme--tiny-lora" / "snapshots" / commit
+    shutil.copytree(trained["lora"][1], snap)
+    (cache / "models--acme--tiny-lora" / "refs").mkdir()
+    (cache / "models--acme--tiny-lora" / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    base = tiny_base(BASE)
+    batch = rte_batch(base, "right")
+    with torch.no_grad():
+        want = load_guided(str(trained["lora"][1]), base=base).forward(batch).logits
+        for spec in ("acme/tiny-lora", "acme/tiny-lora:merge=true", f"acme/tiny-lora@{commit[:8]}"):
+            guided = load_guided(spec, base=base)
+            assert guided.meta["peft_adapter"]["path"] == str(snap)
+            assert float((guided.forward(batch).logits - want).abs().max()) <= TOL

@@ -135,3 +135,19 @@ def test_embedded_smollm2_against_a_tiny_fine_tune_of_itself_shares_tokens(smoll
     ent = result.metrics[result.metrics["metric"] == "entropy"].groupby("checkpoint")["value"].mean()
     print(f"smollm2 vs its fine-tune: input entropy {ent[names[0]]:.5f} vs {ent[names[1]]:.5f}")
     assert abs(ent[names[0]] - ent[names[1]]) > 1e-6
+
+
+@pytest.mark.slow
+def test_cli_cross_model_run_records_each_base(bases, tmp_path):
+    from anchorlens.cli import app
+
+    out = tmp_path / "cmp"
+    one, two = bases["llama1"], bases["llama2"]
+    args = ["compare", "--ckpt", f"model={one}", "--ckpt", f"model={two}+instance", "--n", "2", "--no-figures"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    summary = (out / "summary.md").read_text()
+    assert f"on {two} (one tokenizer: every example gives the same tokens as on {one})" in summary
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {b["spec"] for b in manifest["bases"].values()} == {one, two}
+    assert manifest["tokenizer_check"]["reference"] == one
