@@ -30,7 +30,7 @@ import torch
 
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_import import WEIGHTS_FILE, check_peft_base, read_adapter_json
-from anchorlens.models.base import Base
+from anchorlens.models.base import Base, fingerprint_hash
 from anchorlens.rundir import file_digest
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
@@ -87,6 +87,27 @@ class AdaptedBase(Base):
     plain: Base | None = dataclasses.field(default=None, repr=False, compare=False)
     peft: Any = dataclasses.field(default=None, repr=False, compare=False)
     facts: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The plain base's fingerprint plus the adapter (type and weights digest), hashed together (cached).
+
+        A guidance checkpoint trained on the adapted model is thereby refused on the plain base (and a plain
+        one on the adapted model) unless ``--allow-other-base``; merged and unmerged have one fingerprint.
+        """
+        if self._fingerprint is None:
+            plain = self.plain.fingerprint() if self.plain is not None else super().fingerprint()
+            facts = {k: v for k, v in plain.items() if k != "hash"}
+            facts["adapter"] = f"{self.facts.get('peft_type')}:{self.facts.get('weights_digest')}"
+            self._fingerprint = {**facts, "hash": fingerprint_hash(facts)}
+        return dict(self._fingerprint)
+
+    def provenance(self) -> dict[str, Any]:
+        """The plain base's provenance plus the adapter's path and type."""
+        return {
+            **super().provenance(),
+            "peft_adapter": self.facts.get("path"),
+            "peft_type": self.facts.get("peft_type"),
+        }
 
 
 def _weight_sharing_copy(model: torch.nn.Module) -> torch.nn.Module:

@@ -278,3 +278,18 @@ def test_adapter_hub_id_resolves_from_the_hf_cache(trained, tiny_base, tmp_path,
             guided = load_guided(spec, base=base)
             assert guided.meta["peft_adapter"]["path"] == str(snap)
             assert float((guided.forward(batch).logits - want).abs().max()) <= TOL
+
+
+def test_a_checkpoint_trained_on_the_adapted_model_knows_it(trained, tiny_base, tmp_path):
+    from anchorlens.methods.checkpoints import save_checkpoint
+
+    lora = trained["lora"][1]
+    base = tiny_base(BASE)
+    adapted = load_guided(f"{lora}+capsule", base=base)
+    assert adapted.base.fingerprint()["hash"] != base.fingerprint()["hash"]
+    assert load_guided(f"{lora}:merge=true", base=base).base.fingerprint() == adapted.base.fingerprint()
+    save_checkpoint(adapted, tmp_path / "capsule")
+    with pytest.raises(CheckpointError, match=r"PEFT adapter LORA:\w+ vs none.*--allow-other-base"):
+        load_guided(str(tmp_path / "capsule"), base=base)
+    again = load_guided(f"{lora}+{tmp_path / 'capsule'}", base=base)  # on the adapted model it is at home
+    assert "other_base" not in again.meta and [g.kind for g in again.guidance_list()] == ["capsule"]
