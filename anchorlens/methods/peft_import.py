@@ -89,12 +89,14 @@ def check_peft_base(cfg: dict[str, Any], base, path: Path, allow_other_base: boo
             file,
             f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base",
         )
+    from anchorlens.models.embedded import EMBEDDED_REPO
+
     name = cfg.get("base_model_name_or_path") or ""
-    known = {
-        _model_name(n)
-        for n in (base.spec, getattr(base.config, "_name_or_path", ""), getattr(base, "repo", None) or "")
-        if n
-    }
+    origin = base.provenance()
+    names = [base.spec, getattr(base.config, "_name_or_path", ""), origin.get("repo_id") or ""]
+    if origin.get("kind") == "embedded":
+        names.append(EMBEDDED_REPO)  # an adapter trained on the hub model runs on its embedded copy
+    known = {_model_name(n) for n in names if n}
     if not name or _model_name(name) in known:
         return []
     if not allow_other_base:

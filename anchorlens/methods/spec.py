@@ -2,10 +2,12 @@
 
 Grammar: parts joined by ``+``; a part is ``base``, a registered method with options
 (``capsule:fusion=prepend,pos=last``; see ``anchorlens.methods.config``), an anchorlens
-checkpoint directory, or a PEFT adapter directory. Examples: ``instance:k=2,pos=middle``,
-``prompt:n=10+instance``, ``runs/ckpt+instance``. ``parse_spec`` gives a typed ``Spec`` whose
-``str`` parses back to an equal ``Spec``; ``load_guided`` resolves specs, configs, checkpoint
-and adapter directories, Bases and GuidedModels to a GuidedModel (no guidance = the base).
+checkpoint directory, or a PEFT adapter directory or hub id (prompt-learning adapters become guidance;
+LoRA-family adapters are applied to the base by PEFT, ``DIR:merge=true`` merged). Examples:
+``instance:k=2,pos=middle``, ``prompt:n=10+instance``, ``runs/ckpt+instance``, ``runs/lora+instance``.
+``parse_spec`` gives a typed ``Spec`` whose ``str`` parses back to an equal ``Spec``; ``load_guided``
+resolves specs, configs, checkpoint and adapter directories, Bases and GuidedModels to a GuidedModel
+(no guidance = the base).
 """
 
 from __future__ import annotations
@@ -157,6 +159,11 @@ def _parse_part(text: str) -> SpecPart | None:
             raise UsageError(f"'base' takes no options; got {text!r}")
         return None
     cls = config_class(key)
+    if cls is None and key.startswith("model="):
+        raise UsageError(
+            f"{text!r}: model=BASE names another base for one checkpoint of `anchorlens compare`; "
+            "here give the base with --base (base= in Python)"
+        )
     if cls is None:
         if "/" in text or text.startswith((".", "~")):
             raise UsageError(f"no such directory {text!r}; expected {_choices_text()}")

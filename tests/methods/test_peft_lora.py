@@ -293,3 +293,19 @@ def test_a_checkpoint_trained_on_the_adapted_model_knows_it(trained, tiny_base, 
         load_guided(str(tmp_path / "capsule"), base=base)
     again = load_guided(f"{lora}+{tmp_path / 'capsule'}", base=base)  # on the adapted model it is at home
     assert "other_base" not in again.meta and [g.kind for g in again.guidance_list()] == ["capsule"]
+
+
+def test_an_adapter_made_for_the_hub_smollm2_is_at_home_on_the_embedded_copy(smollm2, tmp_path):
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "prompt"
+    folder.mkdir()
+    config = {"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 2, "token_dim": smollm2.hidden_size}
+    (folder / "adapter_config.json").write_text(
+        json.dumps({**config, "base_model_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"})
+    )
+    save_file({"prompt_embeddings": torch.zeros(2, smollm2.hidden_size)}, str(folder / "adapter_model.safetensors"))
+    assert "other_base" not in load_guided(str(folder), base=smollm2).meta
+    _edit_config(folder, base_model_name_or_path="HuggingFaceTB/SmolLM2-360M-Instruct")
+    with pytest.raises(CheckpointError, match="names 'HuggingFaceTB/SmolLM2-360M-Instruct'"):
+        load_guided(str(folder), base=smollm2)

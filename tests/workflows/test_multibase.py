@@ -151,3 +151,10 @@ def test_cli_cross_model_run_records_each_base(bases, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert {b["spec"] for b in manifest["bases"].values()} == {one, two}
     assert manifest["tokenizer_check"]["reference"] == one
+
+
+def test_model_is_a_compare_checkpoint_only():
+    from anchorlens.methods import parse_spec
+
+    with pytest.raises(UsageError, match="model=BASE names another base for one checkpoint of `anchorlens compare`"):
+        parse_spec("model=acme/tiny+instance")
