@@ -70,7 +70,9 @@ Ckpts_ = Annotated[
     typer.Option(
         "--ckpt",
         help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
-        "capsule, a checkpoint dir or a PEFT dir.",
+        "capsule, a checkpoint dir, a PEFT adapter dir or hub id (prompt, prefix, LoRA, DoRA, IA3; "
+        "LORA_DIR:merge=true merges it), or model=ORG/NAME or model=DIR (another base sharing the "
+        "tokenizer), each composable with +: model=DIR+instance.",
     ),
 ]
 

@@ -198,6 +198,8 @@ def check_base(meta: dict[str, Any], base, path: str | Path, allow_other_base: b
     if not differs:
         return []
     said = ", ".join(f"{k} {want[k]!r} vs {have.get(k)!r}" for k in differs)
+    if want.get("adapter") != have.get("adapter"):  # a PEFT layer adapter (LoRA) on one side: say which
+        said += f", PEFT adapter {want.get('adapter') or 'none'} vs {have.get('adapter') or 'none'}"
     if not allow_other_base:
         raise CheckpointError(
             f"{file}: base.fingerprint: checkpoint {path} was trained on {saved.get('spec')!r} but the base is "

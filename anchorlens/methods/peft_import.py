@@ -33,8 +33,8 @@ def _fail(file: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{file}: {message}")
 
 
-def read_peft_config(path: str | Path) -> dict[str, Any]:
-    """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
+def read_adapter_json(path: str | Path) -> dict[str, Any]:
+    """The adapter's ``adapter_config.json`` as a dict; CheckpointError naming the file when absent or malformed."""
     file = Path(path).expanduser() / CONFIG_FILE
     if not file.is_file():
         raise CheckpointError(f"{path} is not a PEFT adapter directory (no {CONFIG_FILE})")
@@ -44,9 +44,21 @@ def read_peft_config(path: str | Path) -> dict[str, Any]:
         raise _fail(file, f"not valid JSON ({str(err).splitlines()[0]})") from None
     if not isinstance(cfg, dict):
         raise _fail(file, f"must hold a JSON object; got {type(cfg).__name__}")
+    return cfg
+
+
+def read_peft_config(path: str | Path) -> dict[str, Any]:
+    """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
+    from anchorlens.methods.peft_lora import INJECTED_TYPES
+
+    file = Path(path).expanduser() / CONFIG_FILE
+    cfg = read_adapter_json(path)
     kind = cfg.get("peft_type")
     if not isinstance(kind, str) or kind.upper() not in PEFT_TYPES:
-        raise UsageError(f"PEFT adapter {path} is of type {kind or '?'}; anchorlens imports {', '.join(PEFT_TYPES)}")
+        raise UsageError(
+            f"PEFT adapter {path} is of type {kind or '?'}; anchorlens loads {', '.join(PEFT_TYPES)} "
+            f"(as guidance) and {', '.join(INJECTED_TYPES)} (applied by PEFT)"
+        )
     for key in _INT_FIELDS:
         value = cfg.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -77,12 +89,14 @@ def check_peft_base(cfg: dict[str, Any], base, path: Path, allow_other_base: boo
             file,
             f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base",
         )
+    from anchorlens.models.embedded import EMBEDDED_REPO
+
     name = cfg.get("base_model_name_or_path") or ""
-    known = {
-        _model_name(n)
-        for n in (base.spec, getattr(base.config, "_name_or_path", ""), getattr(base, "repo", None) or "")
-        if n
-    }
+    origin = base.provenance()
+    names = [base.spec, getattr(base.config, "_name_or_path", ""), origin.get("repo_id") or ""]
+    if origin.get("kind") == "embedded":
+        names.append(EMBEDDED_REPO)  # an adapter trained on the hub model runs on its embedded copy
+    known = {_model_name(n) for n in names if n}
     if not name or _model_name(name) in known:
         return []
     if not allow_other_base:

@@ -2,10 +2,12 @@
 
 Grammar: parts joined by ``+``; a part is ``base``, a registered method with options
 (``capsule:fusion=prepend,pos=last``; see ``anchorlens.methods.config``), an anchorlens
-checkpoint directory, or a PEFT adapter directory. Examples: ``instance:k=2,pos=middle``,
-``prompt:n=10+instance``, ``runs/ckpt+instance``. ``parse_spec`` gives a typed ``Spec`` whose
-``str`` parses back to an equal ``Spec``; ``load_guided`` resolves specs, configs, checkpoint
-and adapter directories, Bases and GuidedModels to a GuidedModel (no guidance = the base).
+checkpoint directory, or a PEFT adapter directory or hub id (prompt-learning adapters become guidance;
+LoRA-family adapters are applied to the base by PEFT, ``DIR:merge=true`` merged). Examples:
+``instance:k=2,pos=middle``, ``prompt:n=10+instance``, ``runs/ckpt+instance``, ``runs/lora+instance``.
+``parse_spec`` gives a typed ``Spec`` whose ``str`` parses back to an equal ``Spec``; ``load_guided``
+resolves specs, configs, checkpoint and adapter directories, Bases and GuidedModels to a GuidedModel
+(no guidance = the base).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from anchorlens.methods.registry import METHODS  # noqa: F401  (registers the bu
 from anchorlens.models.base import Base
 
 _BASE_NAMES = ("base", "none")
-_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")  # ORG/NAME[@REVISION], as for bases
 
 
 def _choices_text() -> str:
@@ -36,10 +38,11 @@ class Directory:
 
     path: str
     kind: Literal["checkpoint", "peft"]
+    merge: bool = False  # a LoRA-family PEFT adapter merged into copies of the weights it changes
 
     def __str__(self) -> str:
-        """The path as written."""
-        return self.path
+        """The path as written (``:merge=true`` after a merged adapter)."""
+        return self.path + (":merge=true" if self.merge else "")
 
 
 SpecPart = MethodConfig | Directory
@@ -144,12 +147,23 @@ def _parse_part(text: str) -> SpecPart | None:
     if path is not None:
         return _directory_part(path, text)
     name, colon, opts = text.partition(":")
+    folder = _resolve_dir(name.strip()) if colon else None
+    if folder is not None:  # ``LORA_DIR:merge=true``
+        from anchorlens.methods.peft_lora import parse_directory_options
+
+        part = _directory_part(folder, name.strip())
+        return dataclasses.replace(part, merge=parse_directory_options(folder, opts, text))
     key = name.strip().lower()
     if key in _BASE_NAMES:
         if colon:
             raise UsageError(f"'base' takes no options; got {text!r}")
         return None
     cls = config_class(key)
+    if cls is None and key.startswith("model="):
+        raise UsageError(
+            f"{text!r}: model=BASE names another base for one checkpoint of `anchorlens compare`; "
+            "here give the base with --base (base= in Python)"
+        )
     if cls is None:
         if "/" in text or text.startswith((".", "~")):
             raise UsageError(f"no such directory {text!r}; expected {_choices_text()}")
@@ -214,6 +228,7 @@ def load_guided(
     """
     from anchorlens.methods.checkpoints import load_checkpoint
     from anchorlens.methods.peft_import import peft_guidances
+    from anchorlens.methods.peft_lora import apply_adapter, is_injected
 
     if isinstance(spec_or_model, GuidedModel):
         return spec_or_model
@@ -228,7 +243,15 @@ def load_guided(
     base_obj = _resolve_base(base, spec)
     guidances: list = []
     meta: dict[str, Any] = {}
+    layered = [p for p in spec.parts if isinstance(p, Directory) and p.kind == "peft" and is_injected(p.path)]
+    for layer_part in layered:  # LoRA-family adapters change the base's layers: applied by PEFT before guidance binds
+        adapted = apply_adapter(base_obj, layer_part.path, merge=layer_part.merge, allow_other_base=allow_other_base)
+        base_obj, meta["peft_adapter"] = adapted, adapted.facts
+        if adapted.facts.get("other_base"):
+            meta["other_base"] = meta.get("other_base", []) + adapted.facts["other_base"]
     for part in spec.parts:
+        if part in layered:
+            continue
         if isinstance(part, MethodConfig):
             guidances.append(part.build())
         elif part.kind == "checkpoint":

