@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
-Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy`` and ``decomposition``
-with :func:`anchorlens.analyses.registry.make_reducer`.
+Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition`` and
+``sink_battery`` with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from anchorlens.analyses.metrics import (
 )
 from anchorlens.analyses.role_flow import RoleFlowReducer
 from anchorlens.analyses.shared import anchor_key_index, role_onehot, sink_index
+from anchorlens.analyses.sink_battery import SinkBatteryReducer, sink_rates
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,
@@ -78,6 +79,7 @@ __all__ = [
     "RoleFlowReducer",
     "SITE_KEYS",
     "SiteReducer",
+    "SinkBatteryReducer",
     "SiteTable",
     "anchor_key_index",
     "anchor_mass",
@@ -102,6 +104,7 @@ __all__ = [
     "role_onehot",
     "roles_label",
     "sign_flip_test",
+    "sink_rates",
     "special_attention",
     "structural_attention",
     "summarize",
