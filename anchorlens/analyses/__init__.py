@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
-Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition`` and
-``sink_battery`` with :func:`anchorlens.analyses.registry.make_reducer`.
+Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition``,
+``sink_battery`` and ``massive_activations`` with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from anchorlens.analyses.frames import (
     roles_label,
 )
 from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
+from anchorlens.analyses.massive import MassiveActivationsReducer
 from anchorlens.analyses.metrics import (
     FIRST_TOKEN,
     MASK_REASON,
@@ -78,6 +79,7 @@ __all__ = [
     "ROW_KEYS",
     "RoleFlowReducer",
     "SITE_KEYS",
+    "MassiveActivationsReducer",
     "SiteReducer",
     "SinkBatteryReducer",
     "SiteTable",

@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer
-from anchorlens.analyses.frames import ALL, NO_ROLE, concat_frames, empty_frame, per_head
+from anchorlens.analyses.frames import ALL, NO_ROLE, cell_frame, concat_frames, empty_frame, per_head
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.shared import anchor_key_index
 from anchorlens.capture.event import AttentionEvent
@@ -205,122 +205,48 @@ class SinkBatteryReducer(SiteReducer):
     ) -> pd.DataFrame:
         """Rows of one site (module docstring) from arrays [N, H, ...]."""
         seen = arrays["seen"][..., 0].numpy()  # [N, H]
-        if not (seen > 0).any():
+        ok = seen > 0
+        if not ok.any():
             return empty_frame()
         n_seen = np.maximum(seen, 1e-300)
         n_queries = arrays["seen"][..., 1].numpy() / n_seen
         names = np.asarray(self.roles.names + (NO_ROLE,), dtype=object)
-        role_of = lambda ids: names[np.clip(np.rint(ids), 0, len(names) - 1).astype(np.int64)]  # noqa: E731
-        first = arrays["first"].numpy()
-        top = arrays["top"].numpy()
-        flags = arrays["flags"].numpy()
-        parts = []
-        ok = seen > 0
-        parts.append(
-            _cells(
-                stack,
-                layer,
-                examples,
-                heads,
+
+        def role_of(ids: np.ndarray) -> np.ndarray:
+            return names[np.clip(np.rint(ids), 0, len(names) - 1).astype(np.int64)]
+
+        first, top, flags = (arrays[k].numpy() for k in ("first", "top", "flags"))
+        rows = lambda metric, value, count, keep, key_role=NO_ROLE, heads=heads: cell_frame(  # noqa: E731
+            stack, layer, examples, heads, metric, value, count, keep, ALL, key_role
+        )
+        first_queries = first[..., 1] / n_seen
+        parts = [
+            rows(
                 ALPHA_FIRST,
                 first[..., 0] / np.maximum(first[..., 1], 1e-300),
-                first[..., 1] / n_seen,
+                first_queries,
+                ok & (first_queries > 0),
                 role_of(first[..., 2] / n_seen),
-                ok & (first[..., 1] > 0),
             )
-        )
+        ]
         for r in range(self.top):
             present = top[..., 4, r]
-            there = present > 0
             denom = np.maximum(present, 1e-300)
-            key_role = role_of(top[..., 3, r] / denom)
-            queries = top[..., 1, r] / denom
-            parts.append(
-                _cells(
-                    stack,
-                    layer,
-                    examples,
-                    heads,
-                    f"{ALPHA_TOP}{r + 1}",
-                    top[..., 0, r] / denom,
-                    queries,
-                    key_role,
-                    there,
-                )
-            )
-            parts.append(
-                _cells(
-                    stack,
-                    layer,
-                    examples,
-                    heads,
-                    f"{POSITION_TOP}{r + 1}",
-                    top[..., 2, r] / denom,
-                    queries,
-                    key_role,
-                    there,
-                )
-            )
-        no_role = np.full(seen.shape, NO_ROLE, dtype=object)
+            key_role, queries = role_of(top[..., 3, r] / denom), top[..., 1, r] / denom
+            parts.append(rows(f"{ALPHA_TOP}{r + 1}", top[..., 0, r] / denom, queries, present > 0, key_role))
+            parts.append(rows(f"{POSITION_TOP}{r + 1}", top[..., 2, r] / denom, queries, present > 0, key_role))
+        heads_seen = ok.sum(1, keepdims=True)  # [N, 1]
         for e, eps in enumerate(self.eps):
             for which, (head_metric, rate_metric) in enumerate(
                 ((SINK_HEAD, SINK_RATE), (SINK_HEAD_ANY, SINK_RATE_ANY))
             ):
                 value = flags[..., which, e] / n_seen
-                parts.append(
-                    _cells(stack, layer, examples, heads, eps_label(head_metric, eps), value, n_queries, no_role, ok)
-                )
-                heads_seen = ok.sum(1, keepdims=True)  # [N, 1]
+                parts.append(rows(eps_label(head_metric, eps), value, n_queries, ok))
                 rate = np.where(ok, value, 0.0).sum(1, keepdims=True) / np.maximum(heads_seen, 1)
                 parts.append(
-                    _cells(
-                        stack,
-                        layer,
-                        examples,
-                        None,
-                        eps_label(rate_metric, eps),
-                        rate,
-                        n_queries.max(1, keepdims=True),
-                        no_role[:, :1],
-                        heads_seen > 0,
-                    )
+                    rows(eps_label(rate_metric, eps), rate, n_queries.max(1, keepdims=True), heads_seen > 0, heads=None)
                 )
         return concat_frames(parts)
-
-
-def _cells(
-    stack: str,
-    layer: int,
-    examples: np.ndarray,
-    heads: np.ndarray | None,
-    metric: str,
-    value: np.ndarray,
-    count: np.ndarray,
-    key_role: np.ndarray,
-    keep: np.ndarray,
-) -> pd.DataFrame:
-    """Tidy rows of one metric from [N, H] arrays (``heads`` None: one column of rows over all heads, head <NA>)."""
-    n, h = np.nonzero(keep)
-    if n.size == 0:
-        return empty_frame()
-    head = (
-        pd.array([None] * n.size, dtype="Int64")
-        if heads is None
-        else pd.array(np.asarray(heads, dtype=np.int64)[h], dtype="Int64")
-    )
-    return pd.DataFrame(
-        {
-            "example": np.asarray(examples, dtype=np.int64)[n],
-            "stack": stack,
-            "layer": int(layer),
-            "head": head,
-            "metric": metric,
-            "query_role": ALL,
-            "key_role": pd.array(np.asarray(key_role, dtype=object)[n, h].astype(str), dtype="str"),
-            "value": np.asarray(value, dtype=np.float64)[n, h],
-            "count": np.asarray(count, dtype=np.float64)[n, h],
-        }
-    )
 
 
 def sink_rates(frame: pd.DataFrame, eps: float = DEFAULT_EPS[0], any_key: bool = False) -> pd.DataFrame:

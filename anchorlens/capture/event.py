@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anchorlens.roles.layout import Layout
+from anchorlens.roles.layout import Layout, SequenceRoles
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,20 @@ class AttentionEvent:
         """Whether this event ends its attention call (always True without chunking)."""
         total = self.query_total if self.query_total is not None else self.probs.shape[2]
         return self.query_start + self.probs.shape[2] >= total
+
+
+@dataclass(frozen=True)
+class HiddenEvent:
+    """The hidden states one block of a (stack, layer) returned for one batch: the residual stream after the block.
+
+    hidden: [B, T, d] in the model's dtype, the block's output as the next block receives it (positions a guidance
+    inserts for this block only, such as a capsule's, are removed again by then); roles: the roles and validity
+    of those T positions ([B, T], the run's table); example_ids: [B] long. ``hidden`` is the model's own tensor:
+    read it while consuming the event, never modify or keep it.
+    """
+
+    stack: str
+    layer: int
+    hidden: torch.Tensor
+    roles: SequenceRoles
+    example_ids: torch.Tensor
