@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
 Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition``,
-``sink_battery`` and ``massive_activations`` with :func:`anchorlens.analyses.registry.make_reducer`.
+``sink_battery``, ``massive_activations`` and ``value_mass`` with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from anchorlens.analyses.stats import (
     summarize,
 )
 from anchorlens.analyses.table import SiteTable
+from anchorlens.analyses.value_mass import ValueMassReducer
 
 __all__ = [
     "DEFAULT_REDUCERS",
@@ -83,6 +84,7 @@ __all__ = [
     "SiteReducer",
     "SinkBatteryReducer",
     "SiteTable",
+    "ValueMassReducer",
     "anchor_key_index",
     "anchor_mass",
     "anchor_structural",

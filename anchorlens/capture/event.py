@@ -31,6 +31,9 @@ class AttentionEvent:
     learned_sink: [B, H, q] float32 or None, the probability of the attention module's learned sink logit
     (gpt-oss's ``sinks``, passed to the attention as ``s_aux``): a pseudo-key outside the layout, so over real keys
     rows sum to 1 - learned_sink; None when the module has no learned sink.
+    value_norms: [B, H, K] float32 or None, ||v_j W_O^h|| for every key of the layout (the norm of key j's value
+    after head h's part of the output projection, :mod:`anchorlens.capture.value_norms`): A_h(i, j) times it is the
+    norm of key j's contribution to query i's output; computed only when the sink asks (``wants_value_norms``).
     ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the
     event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
@@ -59,6 +62,7 @@ class AttentionEvent:
     key_sums: torch.Tensor | None = None
     key_columns: torch.Tensor | None = None
     learned_sink: torch.Tensor | None = None
+    value_norms: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property

@@ -28,6 +28,11 @@ class StreamSink:
         self.events += 1
 
     @property
+    def wants_value_norms(self) -> bool:
+        """Whether some reducer reads the events' ``value_norms`` (its ``reads_value_norms`` is true)."""
+        return any(bool(getattr(r, "reads_value_norms", False)) for r in self.reducers)
+
+    @property
     def wants_hidden(self) -> bool:
         """Whether some reducer reads block outputs (defines ``update_hidden``): the capture then hooks the blocks."""
         return any(callable(getattr(r, "update_hidden", None)) for r in self.reducers)
