@@ -16,7 +16,13 @@ from anchorlens.figures.maps import AveragedStackMaps, anchor_tokens, attention_
 from anchorlens.figures.positions import position_sweep
 from anchorlens.figures.roleflow import role_flow_heatmaps
 from anchorlens.figures.save import figure_to_png_bytes, save_figure
-from anchorlens.figures.sinks import massive_activations_figure, sink_alpha_grid, sink_rate_curves, sink_top_roles
+from anchorlens.figures.sinks import (
+    massive_activations_figure,
+    sink_alpha_grid,
+    sink_rate_curves,
+    sink_top_roles,
+    value_mass_curves,
+)
 from anchorlens.figures.sweeps import sweep_curve
 
 __all__ = [
@@ -46,4 +52,5 @@ __all__ = [
     "sink_rate_curves",
     "sink_top_roles",
     "sweep_curve",
+    "value_mass_curves",
 ]

@@ -7,6 +7,8 @@
   that are not the first token.
 - :func:`massive_activations_figure`: per layer, the largest |h| and the thresholds it is flagged against
   (Sun et al. 2024), markers coloured by the role of the token carrying it.
+- :func:`value_mass_curves`: per layer, the share of attention a key part gets by weight and by norm
+  (||A v W_O||, Kobayashi et al. 2020) side by side.
 
 Each takes the tidy rows of one checkpoint (``checkpoint=`` picks one when the frame has several).
 """
@@ -23,6 +25,7 @@ from matplotlib.patches import Patch
 from anchorlens.analyses.frames import head_means, per_head
 from anchorlens.analyses.massive import MEDIAN, POSITION, TOP
 from anchorlens.analyses.sink_battery import ALPHA_FIRST, ALPHA_TOP, SINK_HEAD, SINK_HEAD_ANY, eps_label
+from anchorlens.analyses.value_mass import NORM_SHARE
 from anchorlens.figures._frames import filter_eq
 from anchorlens.figures._roles import ordered_roles, role_palette
 from anchorlens.figures._style import MAP_CMAP, new_figure, suptitle
@@ -33,6 +36,7 @@ ALPHA_LABEL = "α: mean attention the first key receives (attention mass)"
 RATE_LABEL = "sink rate (share of heads)"
 TOP_ROLE_LABEL = "share of heads whose top key has the role"
 MASSIVE_LABEL = "largest |hidden state| (activation magnitude)"
+VALUE_LABEL = "share of the attention (0–1)"
 
 
 def _rows(frame: pd.DataFrame, metric: str | list[str], checkpoint: str | None) -> pd.DataFrame:
@@ -170,4 +174,40 @@ def massive_activations_figure(
     handles = [Line2D([], [], marker="o", ls="", color=palette[r], label=f"top token: {r}") for r in palette]
     ax.legend(handles=handles + ax.get_legend_handles_labels()[0], loc="best", frameon=False)
     suptitle(fig, title or "massive activations (Sun et al. 2024)")
+    return fig
+
+
+def value_mass_curves(
+    frame: pd.DataFrame,
+    *,
+    key_role: str = "first_token",
+    query_role: str = "all",
+    checkpoint: str | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Per layer (mean over examples and heads): the share of ``query_role``'s attention ``key_role`` gets by weight
+    (``role_flow``, or ``first_token_mass`` for ``first_token``) and by norm (``norm_share``), in the key's colour."""
+    part = filter_eq(filter_eq(frame, "checkpoint", checkpoint), "query_role", query_role)
+    part = per_head(part)
+    norm = part[(part["metric"] == NORM_SHARE) & (part["key_role"] == key_role)]
+    if key_role == "first_token":
+        weight = part[part["metric"] == "first_token_mass"]
+    else:
+        weight = part[(part["metric"] == "role_flow") & (part["key_role"] == key_role)]
+    if norm.empty or weight.empty:
+        raise ValueError(
+            f"no weight and norm rows for {query_role} → {key_role}: run value_mass beside role_flow / first_token"
+        )
+    color = role_palette([key_role])[key_role] if key_role != "first_token" else "#2b2b2b"
+    fig = new_figure(5.6, 3.4)
+    ax = fig.subplots()
+    for rows, style, what in ((weight, "-", "by weight"), (norm, "--", "by norm ||A v W_O||")):
+        curve = rows.groupby("layer")["value"].mean().sort_index()
+        ax.plot(curve.index, curve.to_numpy(), style, marker="o", ms=3, color=color, label=what, gid=what)
+    _layer_axis(ax, part["layer"])
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("layer")
+    ax.set_ylabel(f"{query_role} queries → {key_role}: {VALUE_LABEL}")
+    ax.legend(loc="best", frameon=False)
+    suptitle(fig, title or f"{key_role}: weight vs value-aware mass (Kobayashi et al. 2020)")
     return fig

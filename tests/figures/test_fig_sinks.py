@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgba
 
-from anchorlens.analyses import concat_frames
+from anchorlens.analyses import FirstTokenReducer, RoleFlowReducer, ValueMassReducer, concat_frames
 from anchorlens.analyses.massive import MassiveActivationsReducer
 from anchorlens.analyses.sink_battery import SinkBatteryReducer
 from anchorlens.capture.collect import stream_statistics
@@ -17,8 +17,9 @@ from anchorlens.figures import (
     sink_alpha_grid,
     sink_rate_curves,
     sink_top_roles,
+    value_mass_curves,
 )
-from anchorlens.figures.sinks import ALPHA_LABEL, MASSIVE_LABEL, RATE_LABEL, TOP_ROLE_LABEL
+from anchorlens.figures.sinks import ALPHA_LABEL, MASSIVE_LABEL, RATE_LABEL, TOP_ROLE_LABEL, VALUE_LABEL
 from anchorlens.tasks import bundled_examples, get_task
 
 from .runs import (
@@ -40,7 +41,13 @@ def frame(tiny_base) -> pd.DataFrame:
     base = tiny_base("tiny-llama")
     task = get_task("rte")
     batch = base.encode([task.template.render(ex) for ex in bundled_examples("rte")[:4]])
-    reducers = [SinkBatteryReducer(eps=EPS), MassiveActivationsReducer(abs_threshold=1.0, ratio=5.0)]
+    reducers = [
+        SinkBatteryReducer(eps=EPS),
+        MassiveActivationsReducer(abs_threshold=1.0, ratio=5.0),
+        FirstTokenReducer(),
+        RoleFlowReducer(),
+        ValueMassReducer(),
+    ]
     stream_statistics(base, [batch], reducers)
     return concat_frames(r.frame() for r in reducers)
 
@@ -105,3 +112,25 @@ def test_massive_figure_reads_back_peaks_thresholds_and_roles(frame, tmp_path):
     assert np.allclose(points, peaks.to_numpy())
     found = saved_texts(fig, tmp_path / "massive.svg")
     assert any(MASSIVE_LABEL in t for t in found)
+
+
+@pytest.mark.parametrize("key_role", ["first_token", "structural"])
+def test_value_mass_curves_read_back_weight_and_norm(frame, tmp_path, key_role):
+    fig = value_mass_curves(frame, key_role=key_role)
+    (ax,) = panels(fig)
+    assert_integer_ticks(texts(ax.get_xticklabels()))
+    assert ax.get_ylabel() == f"all queries → {key_role}: {VALUE_LABEL}"
+    lines = {li.get_gid(): li for li in ax.get_lines()}
+    rows = frame[(frame["query_role"] == "all") & frame["head"].notna()]
+    norm = rows[(rows["metric"] == "norm_share") & (rows["key_role"] == key_role)]
+    assert np.allclose(lines["by norm ||A v W_O||"].get_ydata(), norm.groupby("layer")["value"].mean().to_numpy())
+    weight = (
+        rows[rows["metric"] == "first_token_mass"]
+        if key_role == "first_token"
+        else rows[(rows["metric"] == "role_flow") & (rows["key_role"] == key_role)]
+    )
+    assert np.allclose(lines["by weight"].get_ydata(), weight.groupby("layer")["value"].mean().to_numpy())
+    if key_role != "first_token":
+        assert to_rgba(lines["by weight"].get_color()) == to_rgba(role_palette([key_role])[key_role])
+    found = saved_texts(fig, tmp_path / "value.svg")
+    assert any(VALUE_LABEL in t for t in found)
