@@ -9,7 +9,7 @@ from __future__ import annotations
 from anchorlens.analyses.base import SiteReducer
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
 from anchorlens.analyses.decomposition import SINK, DecompositionReducer, parts_of
-from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
+from anchorlens.analyses.defaults import DEFAULT_REDUCERS, EVIDENCE_REDUCERS, default_reducers
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer
 from anchorlens.analyses.frames import (
@@ -58,6 +58,7 @@ from anchorlens.analyses.value_mass import ValueMassReducer
 
 __all__ = [
     "DEFAULT_REDUCERS",
+    "EVIDENCE_REDUCERS",
     "DecompositionReducer",
     "MASK_REASON",
     "SINK",

@@ -178,3 +178,13 @@ def test_eps_outside_the_unit_interval_is_one_usage_line(eps):
 def test_top_must_be_positive():
     with pytest.raises(UsageError, match="top"):
         SinkBatteryReducer(top=0)
+
+
+def test_evidence_reducers_are_opt_in_beside_the_defaults():
+    from anchorlens.analyses import DEFAULT_REDUCERS, EVIDENCE_REDUCERS, default_reducers
+
+    assert [r.name for r in default_reducers()] == list(DEFAULT_REDUCERS)
+    names = [r.name for r in default_reducers(extra=EVIDENCE_REDUCERS)]
+    assert names == [*DEFAULT_REDUCERS, *EVIDENCE_REDUCERS]
+    (battery,) = [r for r in default_reducers(extra={"sink_battery": {"eps": [0.1, 0.5]}}) if r.name == "sink_battery"]
+    assert battery.state_options()["eps"] == [0.1, 0.5]
