@@ -7,11 +7,15 @@ and key. ||f_j^h||² = v_j^h M_h v_j^hᵀ with M_h = W_O^hᵀ W_O^h ([D, D], com
 D² per key and head instead of D·d_model.
 
 Modules whose output is not such a projection of the concatenated heads (BERT's self-attention, whose projection
-lives in another module; a gated output) cannot be decomposed per head: :func:`head_output_gram` refuses them
+lives in another module; Qwen3.5's output gated per query) cannot be decomposed per head: :func:`head_output_gram` refuses them
 with one line.
 """
 
 from __future__ import annotations
+
+import functools
+import inspect
+import re
 
 import torch
 
@@ -22,10 +26,21 @@ _PROJECTIONS = ("o_proj", "dense", "o", "c_proj")  # llama-likes, gpt-neox, t5, 
 _GRAMS = IdentityCache(size=256)
 
 
+@functools.cache
+def _gated(cls: type) -> bool:
+    """Whether a module class's forward scales the attention output by a gate before projecting it (Qwen3-Next and
+    Qwen3.5 multiply it by sigmoid(gate), a query-dependent factor): read from its source, once per class."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return True  # unknown code: do not claim a decomposition
+    return re.search(r"\bgate\b", source) is not None
+
+
 def _projection_weight(module: torch.nn.Module, width: int) -> torch.Tensor | None:
     """[d_model, width] weight of the module's output projection over the concatenated heads, or None."""
     config = getattr(module, "config", None)
-    if getattr(config, "attn_output_gate", False):
+    if getattr(config, "attn_output_gate", False) or _gated(type(module)):
         return None  # a query-dependent gate scales each head's output before the projection
     for name in _PROJECTIONS:
         proj = getattr(module, name, None)

@@ -120,8 +120,15 @@ def test_state_merges_like_every_reducer(tiny_base):
     assert np.allclose(a["value"], b["value"], rtol=1e-4, atol=1e-7)
 
 
-def test_a_model_whose_output_is_not_per_head_is_refused_in_one_line(tiny_base):
-    base = tiny_base("tiny-bert")  # BERT's output projection lives outside its self-attention module
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tiny-bert",  # BERT's output projection lives outside its self-attention module
+        "tiny-qwen3-5-text",  # Qwen3.5 multiplies each head's output by a query-dependent gate before o_proj
+    ],
+)
+def test_a_model_whose_output_is_not_per_head_is_refused_in_one_line(tiny_base, name):
+    base = tiny_base(name)
     batch = _batch(base, "right", n=2)
     with pytest.raises(UsageError, match="cannot be decomposed per head") as info:
         stream_statistics(base, [batch], [ValueMassReducer()])
