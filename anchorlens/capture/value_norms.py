@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+from typing import Any, cast
 
 import torch
 
@@ -27,7 +28,7 @@ _GRAMS = IdentityCache(size=256)
 
 
 @functools.cache
-def _gated(cls: type) -> bool:
+def _gated(cls: Any) -> bool:
     """Whether a module class's forward scales the attention output by a gate before projecting it (Qwen3-Next and
     Qwen3.5 multiply it by sigmoid(gate), a query-dependent factor): read from its source, once per class."""
     try:
@@ -40,7 +41,7 @@ def _gated(cls: type) -> bool:
 def _projection_weight(module: torch.nn.Module, width: int) -> torch.Tensor | None:
     """[d_model, width] weight of the module's output projection over the concatenated heads, or None."""
     config = getattr(module, "config", None)
-    if getattr(config, "attn_output_gate", False) or _gated(type(module)):
+    if getattr(config, "attn_output_gate", False) or _gated(cast(Any, type(module))):
         return None  # a query-dependent gate scales each head's output before the projection
     for name in _PROJECTIONS:
         proj = getattr(module, name, None)
