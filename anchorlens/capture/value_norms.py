@@ -20,11 +20,10 @@ from typing import Any, cast
 
 import torch
 
-from anchorlens.capture.identity import IdentityCache
 from anchorlens.errors import UsageError
 
 _PROJECTIONS = ("o_proj", "dense", "o", "c_proj")  # llama-likes, gpt-neox, t5, gpt2 (Conv1D)
-_GRAMS = IdentityCache(size=256)
+_CACHE_ATTR = "_anchorlens_value_gram"
 
 
 @functools.cache
@@ -54,7 +53,8 @@ def _projection_weight(module: torch.nn.Module, width: int) -> torch.Tensor | No
 
 
 def head_output_gram(module: torch.nn.Module, heads: int, head_dim: int) -> torch.Tensor:
-    """[H, D, D] float32 M_h = W_O^hᵀ W_O^h of the module's output projection (cached per weight and version).
+    """[H, D, D] float32 M_h = W_O^hᵀ W_O^h of the module's output projection (cached on the module, per weight
+    and version).
 
     Raises UsageError when the module's output is not a projection of its concatenated heads."""
     weight = _projection_weight(module, heads * head_dim)
@@ -64,11 +64,15 @@ def head_output_gram(module: torch.nn.Module, heads: int, head_dim: int) -> torc
             f"{type(module).__name__} has none (its output cannot be decomposed per head): drop the value_mass reducer"
         )
 
-    def compute() -> torch.Tensor:
-        w = weight.detach().float().reshape(weight.shape[0], heads, head_dim).permute(1, 0, 2)  # [H, d_model, D]
-        return torch.matmul(w.transpose(1, 2), w)
-
-    return _GRAMS.get((weight, weight._version, heads, head_dim), compute)
+    # kept on the module (it dies with the model; a global cache would keep old models' weights alive)
+    key = (id(weight), weight.data_ptr(), weight._version, weight.device, heads, head_dim)
+    cached = module.__dict__.get(_CACHE_ATTR)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    w = weight.detach().float().reshape(weight.shape[0], heads, head_dim).permute(1, 0, 2)  # [H, d_model, D]
+    gram = torch.matmul(w.transpose(1, 2), w)
+    module.__dict__[_CACHE_ATTR] = (key, gram)
+    return gram
 
 
 def value_norms(module: torch.nn.Module, value: torch.Tensor, heads: int) -> torch.Tensor:
