@@ -9,7 +9,11 @@ mode always runs first after another; fast capture is one stream per round, flus
 per-layer/head first-token mass and row entropy. Reported: the CPU time of each mode summed over all
 batches and rounds, relative to plain, and the spread of the per-round ratios.
 
-Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1]``.
+``--extra sink_battery,massive_activations`` adds a fast-capture mode per named reducer (the default reducers plus
+that one, ``fast+NAME``) and one with all of them (``fast+extra``), in the same rotation: the cost of a reducer
+is its mode's ratio beside ``fast``'s.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES]``.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--extra", default="", help="reducer names to add to the defaults, each as its own mode")
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
     from anchorlens.analyses import default_reducers
+    from anchorlens.analyses.registry import make_reducer
     from anchorlens.capture.run import capture_batch
     from anchorlens.capture.sinks import StreamSink
     from anchorlens.models.loading import load_base
@@ -44,39 +50,47 @@ def main() -> None:
     batches = rte_batches(base)
     # fast capture is one stream per round, as stream_statistics runs it: one sink and one set of buffers for
     # every batch, the reducers flushed once at the end of the round (timed, and charged to fast)
-    sink = StreamSink(default_reducers())
-    scratch: dict = {}
+    extra = [n for n in args.extra.split(",") if n]
+    variants = {"fast": []} | {f"fast+{n}": [n] for n in extra} | ({"fast+extra": extra} if len(extra) > 1 else {})
+    sinks = {
+        mode: StreamSink(default_reducers() + [make_reducer(n) for n in names]) for mode, names in variants.items()
+    }
+    scratches: dict[str, dict] = {mode: {} for mode in variants}
 
-    def fast(b):
-        capture_batch(base, b, sink, need_logits=False, scratch=scratch)
+    def fast(mode):
+        return lambda b: capture_batch(base, b, sinks[mode], need_logits=False, scratch=scratches[mode])
 
-    run = {"plain": lambda b: plain_forward(base, b), "eager": lambda b: eager_statistics(base, b), "fast": fast}
-    for mode in MODES:  # warm-up: installs the attention function, sizes the allocator
+    modes = (*MODES, *[m for m in variants if m != "fast"])
+    run = {"plain": lambda b: plain_forward(base, b), "eager": lambda b: eager_statistics(base, b)}
+    run |= {mode: fast(mode) for mode in variants}
+    for mode in modes:  # warm-up: installs the attention function, sizes the allocator
         run[mode](batches[0])
-    sink.close()
+    for sink in sinks.values():
+        sink.close()
     rounds = []
     for r in range(args.repeats):
-        cpu = dict.fromkeys(MODES, 0.0)
+        cpu = dict.fromkeys(modes, 0.0)
         for i, b in enumerate(batches):
-            for mode in rotated(MODES, r * len(batches) + i):
+            for mode in rotated(modes, r * len(batches) + i):
                 t = time.process_time()
                 run[mode](b)
                 cpu[mode] += time.process_time() - t
-        t = time.process_time()
-        sink.close()
-        cpu["fast"] += time.process_time() - t
+        for mode, sink in sinks.items():
+            t = time.process_time()
+            sink.close()
+            cpu[mode] += time.process_time() - t
         rounds.append(cpu)
-        print({m: round(cpu[m] / cpu["plain"], 4) for m in MODES}, flush=True)
-    total = {m: sum(r[m] for r in rounds) for m in MODES}
+        print({m: round(cpu[m] / cpu["plain"], 4) for m in modes}, flush=True)
+    total = {m: sum(r[m] for r in rounds) for m in modes}
     print(
         f"\nSmolLM2-135M, 64 RTE examples, batch 8, {args.threads} thread(s), {args.repeats} rounds, "
         "modes alternating per batch in one process"
     )
-    print("| mode | CPU time vs plain (all rounds) | per round |")
-    print("|---|---|---|")
-    for m in MODES:
+    print("| mode | CPU time vs plain (all rounds) | vs fast | per round (vs plain) |")
+    print("|---|---|---|---|")
+    for m in modes:
         per_round = " / ".join(f"{r[m] / r['plain']:.3f}" for r in rounds)
-        print(f"| {m} | {total[m] / total['plain']:.3f}x | {per_round} |")
+        print(f"| {m} | {total[m] / total['plain']:.3f}x | {total[m] / total['fast']:.3f}x | {per_round} |")
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ N_EXAMPLES, BATCH = 64, 8
 def rte_batches(base, n: int = N_EXAMPLES, batch_size: int = BATCH):
     """Encoded, length-sorted batches of the first ``n`` RTE training examples."""
     from anchorlens.capture.collect import encode_batches
-    from anchorlens.tasks.jsonl import load_examples
+    from anchorlens.tasks.examples import load_examples
     from anchorlens.tasks.registry import get_task
 
     examples = load_examples(RTE, "rte", limit=n)

@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
-Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy`` and ``decomposition``
-with :func:`anchorlens.analyses.registry.make_reducer`.
+Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition``,
+``sink_battery``, ``massive_activations`` and ``value_mass`` with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from anchorlens.analyses.base import SiteReducer
 from anchorlens.analyses.compare import compare_frames, headline_rows, headline_table
 from anchorlens.analyses.decomposition import SINK, DecompositionReducer, parts_of
-from anchorlens.analyses.defaults import DEFAULT_REDUCERS, default_reducers
+from anchorlens.analyses.defaults import DEFAULT_REDUCERS, EVIDENCE_REDUCERS, default_reducers
 from anchorlens.analyses.entropy import EntropyReducer, normalized_entropy
 from anchorlens.analyses.first_token import FirstTokenReducer
 from anchorlens.analyses.frames import (
@@ -25,6 +25,7 @@ from anchorlens.analyses.frames import (
     roles_label,
 )
 from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
+from anchorlens.analyses.massive import MassiveActivationsReducer
 from anchorlens.analyses.metrics import (
     FIRST_TOKEN,
     MASK_REASON,
@@ -42,6 +43,7 @@ from anchorlens.analyses.metrics import (
 )
 from anchorlens.analyses.role_flow import RoleFlowReducer
 from anchorlens.analyses.shared import anchor_key_index, role_onehot, sink_index
+from anchorlens.analyses.sink_battery import SinkBatteryReducer, sink_rates
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     bootstrap_ci,
@@ -52,9 +54,11 @@ from anchorlens.analyses.stats import (
     summarize,
 )
 from anchorlens.analyses.table import SiteTable
+from anchorlens.analyses.value_mass import ValueMassReducer
 
 __all__ = [
     "DEFAULT_REDUCERS",
+    "EVIDENCE_REDUCERS",
     "DecompositionReducer",
     "MASK_REASON",
     "SINK",
@@ -77,8 +81,11 @@ __all__ = [
     "ROW_KEYS",
     "RoleFlowReducer",
     "SITE_KEYS",
+    "MassiveActivationsReducer",
     "SiteReducer",
+    "SinkBatteryReducer",
     "SiteTable",
+    "ValueMassReducer",
     "anchor_key_index",
     "anchor_mass",
     "anchor_structural",
@@ -102,6 +109,7 @@ __all__ = [
     "role_onehot",
     "roles_label",
     "sign_flip_test",
+    "sink_rates",
     "special_attention",
     "structural_attention",
     "summarize",

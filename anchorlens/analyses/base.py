@@ -106,15 +106,19 @@ class SiteReducer:
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:
         """Stage one batch's per-query values at one site; reduce the stages that are complete."""
+        self._check_roles(event)
+        self._stager.add(event, self._per_query(event), lambda: self._stage_constants(event))
+        if self._stager.ready:
+            self._reduce_ready(event.cache)
+
+    def _check_roles(self, event: AttentionEvent) -> None:
+        """Refuse (UsageError) an event whose role table is not the one this reducer counts."""
         table = event.layout.k.table
         if table is not self.roles and table.names != self.roles.names:
             raise UsageError(
                 f"reducer {self.name} counts roles {', '.join(self.roles.names)} but the run has "
                 f"{', '.join(table.names)}; build it with the run's roles (roles=...)"
             )
-        self._stager.add(event, self._per_query(event), lambda: self._stage_constants(event))
-        if self._stager.ready:
-            self._reduce_ready(event.cache)
 
     def _reduce_ready(self, shared: dict | None = None) -> None:
         """Reduce every complete stage into the pending sums (one at a time: an error loses no other stage)."""

@@ -167,6 +167,49 @@ def long_frame(
     )
 
 
+def cell_frame(
+    stack: str,
+    layer: int,
+    examples: np.ndarray,
+    heads: np.ndarray | None,
+    metric: str,
+    value: np.ndarray,
+    count: np.ndarray,
+    keep: np.ndarray,
+    query_role: str | np.ndarray = ALL,
+    key_role: str | np.ndarray = NO_ROLE,
+) -> pd.DataFrame:
+    """Tidy rows of one metric of one site from [N, H] arrays, for metrics whose roles differ from cell to cell.
+
+    examples: [N]; heads: [H] model head indices, or None for one column of rows over all heads (head <NA>);
+    value, count, keep (bool: which cells give a row): [N, H]; query_role / key_role: one label, or [N, H] labels.
+    """
+    n, h = np.nonzero(keep)
+    if n.size == 0:
+        return empty_frame()
+
+    def labels(role: str | np.ndarray) -> Any:
+        return (
+            role if isinstance(role, str) else pd.array(np.asarray(role, dtype=object)[n, h].astype(str), dtype="str")
+        )
+
+    return pd.DataFrame(
+        {
+            "example": np.asarray(examples, dtype=np.int64)[n],
+            "stack": stack,
+            "layer": int(layer),
+            "head": pd.array([None] * n.size, dtype="Int64")
+            if heads is None
+            else pd.array(np.asarray(heads, dtype=np.int64)[h], dtype="Int64"),
+            "metric": metric,
+            "query_role": labels(query_role),
+            "key_role": labels(key_role),
+            "value": np.asarray(value, dtype=np.float64)[n, h],
+            "count": np.asarray(count, dtype=np.float64)[n, h],
+        }
+    )
+
+
 def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with ``head`` <NA>: unweighted mean of ``value`` (and of ``count``) over heads.
 

@@ -36,6 +36,7 @@ from transformers.modeling_utils import AttentionInterface
 from anchorlens.capture import session as _session
 from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 from anchorlens.capture.selection import Site
+from anchorlens.capture.value_norms import value_norms
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
@@ -384,6 +385,10 @@ def anchorlens_attention_forward(
         fused = None
         if fast and active is not None and site is not None:
             fused = _fused_columns(active, site, call, dropout, module.training)
+        norms = None  # ||v_j W_O^h|| per head and key, once per call, when the sink reads them
+        if site is not None and active is not None and active.wants_value_norms:
+            norms = value_norms(module, call.value, call.query.shape[1])
+            norms = norms if heads is None else norms.index_select(1, heads)
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
@@ -409,6 +414,7 @@ def anchorlens_attention_forward(
                     key_sums=key_sums,
                     key_columns=None if fused is None else fused.columns,
                     learned_sink=sink,
+                    value_norms=norms,
                 )
             del probs, scores, log_norm
     if eager:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from anchorlens.roles.layout import Layout
+from anchorlens.roles.layout import Layout, SequenceRoles
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class AttentionEvent:
     learned_sink: [B, H, q] float32 or None, the probability of the attention module's learned sink logit
     (gpt-oss's ``sinks``, passed to the attention as ``s_aux``): a pseudo-key outside the layout, so over real keys
     rows sum to 1 - learned_sink; None when the module has no learned sink.
+    value_norms: [B, H, K] float32 or None, ||v_j W_O^h|| for every key of the layout (the norm of key j's value
+    after head h's part of the output projection, :mod:`anchorlens.capture.value_norms`): A_h(i, j) times it is the
+    norm of key j's contribution to query i's output; computed only when the sink asks (``wants_value_norms``).
     ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the
     event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
@@ -59,6 +62,7 @@ class AttentionEvent:
     key_sums: torch.Tensor | None = None
     key_columns: torch.Tensor | None = None
     learned_sink: torch.Tensor | None = None
+    value_norms: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -91,3 +95,20 @@ class AttentionEvent:
         """Whether this event ends its attention call (always True without chunking)."""
         total = self.query_total if self.query_total is not None else self.probs.shape[2]
         return self.query_start + self.probs.shape[2] >= total
+
+
+@dataclass(frozen=True)
+class HiddenEvent:
+    """The hidden states one block of a (stack, layer) returned for one batch: the residual stream after the block.
+
+    hidden: [B, T, d] in the model's dtype, the block's output as the next block receives it (positions a guidance
+    inserts for this block only, such as a capsule's, are removed again by then); roles: the roles and validity
+    of those T positions ([B, T], the run's table); example_ids: [B] long. ``hidden`` is the model's own tensor:
+    read it while consuming the event, never modify or keep it.
+    """
+
+    stack: str
+    layer: int
+    hidden: torch.Tensor
+    roles: SequenceRoles
+    example_ids: torch.Tensor

@@ -27,7 +27,9 @@ class Reducer(Protocol):
     (:meth:`~anchorlens.capture.sinks.StreamSink.close`). A reducer that reads probability sums over fixed key
     columns may define ``key_columns(layout, device, dtype)`` returning them ([B, K, C]): when every reducer
     that asks returns the same tensor, fast capture computes the sums with the output
-    (:attr:`AttentionEvent.key_sums`).
+    (:attr:`AttentionEvent.key_sums`). A reducer that reads the residual stream defines
+    ``update_hidden(HiddenEvent)``: the capture then hooks the selected blocks and hands it each one's output
+    (:mod:`anchorlens.capture.hidden`), in the same forward.
     """
 
     name: str

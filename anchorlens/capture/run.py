@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import torch
 
 from anchorlens.capture.attention_fn import install
+from anchorlens.capture.hidden import block_output_hooks
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
@@ -130,5 +131,5 @@ def capture_batch(
     kwargs = {} if need_logits else _skip_lm_head(target.model)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)
-    with activate(session), torch.no_grad():
+    with activate(session), torch.no_grad(), block_output_hooks(target, session):
         return target.forward(batch, **kwargs)

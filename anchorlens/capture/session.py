@@ -98,6 +98,12 @@ class CaptureSession:
             self._heads_cache[device, width] = torch.arange(width, device=device)
         return self._heads_cache[device, width]
 
+    @property
+    def wants_value_norms(self) -> bool:
+        """Whether the sink reads the per-head value norms (``wants_value_norms`` true): the capture then computes
+        them once per attention call."""
+        return bool(getattr(self.sink, "wants_value_norms", False))
+
     def key_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, C] key columns the sink wants probability sums over at ``site`` (None when it wants none); asked
         once per layout and forward."""
@@ -120,11 +126,13 @@ class CaptureSession:
         key_sums: torch.Tensor | None = None,
         key_columns: torch.Tensor | None = None,
         learned_sink: torch.Tensor | None = None,
+        value_norms: torch.Tensor | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
         and hand it on. ``key_sums``: [B, H, q, C] sums of ``probs`` over ``key_columns`` [B, K, C] (see
         :meth:`key_columns`), when the capture computed them. ``learned_sink``: [B, H, q], the mass of a learned
-        sink logit (gpt-oss), when the site has one."""
+        sink logit (gpt-oss), when the site has one. ``value_norms``: [B, H, K] ||v_j W_O^h||, when the sink asks for
+        them (:attr:`wants_value_norms`)."""
         heads = self._event_heads(probs.shape[1], probs.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
@@ -152,6 +160,7 @@ class CaptureSession:
                 key_sums=key_sums,
                 key_columns=key_columns,
                 learned_sink=learned_sink,
+                value_norms=value_norms,
                 cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )

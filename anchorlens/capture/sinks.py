@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import torch
 
-from anchorlens.capture.event import AttentionEvent
+from anchorlens.capture.event import AttentionEvent, HiddenEvent
 from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.capture.reducer import Reducer
 from anchorlens.roles.encoding import Encoded
@@ -26,6 +26,23 @@ class StreamSink:
         for reducer in self.reducers:
             reducer.update(event)
         self.events += 1
+
+    @property
+    def wants_value_norms(self) -> bool:
+        """Whether some reducer reads the events' ``value_norms`` (its ``reads_value_norms`` is true)."""
+        return any(bool(getattr(r, "reads_value_norms", False)) for r in self.reducers)
+
+    @property
+    def wants_hidden(self) -> bool:
+        """Whether some reducer reads block outputs (defines ``update_hidden``): the capture then hooks the blocks."""
+        return any(callable(getattr(r, "update_hidden", None)) for r in self.reducers)
+
+    def consume_hidden(self, event: HiddenEvent) -> None:
+        """Hand one block's output to the reducers that read block outputs."""
+        for reducer in self.reducers:
+            update = getattr(reducer, "update_hidden", None)
+            if callable(update):
+                update(event)
 
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """The [B, K, C] key columns the reducers read probability sums over (see :class:`~anchorlens.capture.session.Sink`):

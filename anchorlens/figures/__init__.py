@@ -1,4 +1,4 @@
-"""Figures for anchorlens metrics: attention budget, maps, layer curves, head grids, role flow, sweeps.
+"""Figures for anchorlens metrics: attention budget, maps, layer curves, head grids, role flow, sweeps, sinks.
 
 Every function returns a ``matplotlib.figure.Figure`` built without pyplot (no backend switch,
 no ``plt.show``); save it with :func:`save_figure` or embed it with :func:`figure_to_png_bytes`.
@@ -16,6 +16,13 @@ from anchorlens.figures.maps import AveragedStackMaps, anchor_tokens, attention_
 from anchorlens.figures.positions import position_sweep
 from anchorlens.figures.roleflow import role_flow_heatmaps
 from anchorlens.figures.save import figure_to_png_bytes, save_figure
+from anchorlens.figures.sinks import (
+    massive_activations_figure,
+    sink_alpha_grid,
+    sink_rate_curves,
+    sink_top_roles,
+    value_mass_curves,
+)
 from anchorlens.figures.sweeps import sweep_curve
 
 __all__ = [
@@ -34,11 +41,16 @@ __all__ = [
     "head_grids",
     "head_range",
     "layer_curves",
+    "massive_activations_figure",
     "measure_label",
     "ordered_roles",
     "position_sweep",
     "role_flow_heatmaps",
     "role_palette",
     "save_figure",
+    "sink_alpha_grid",
+    "sink_rate_curves",
+    "sink_top_roles",
     "sweep_curve",
+    "value_mass_curves",
 ]
