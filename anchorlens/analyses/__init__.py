@@ -1,7 +1,7 @@
 """Metric reducers, tidy metric frames, statistics and checkpoint comparison.
 
 Importing this package registers the reducers ``role_flow``, ``first_token``, ``entropy``, ``decomposition``,
-``sink_battery``, ``massive_activations`` and ``value_mass`` with :func:`anchorlens.analyses.registry.make_reducer`.
+``learned_sink``, ``sink_battery``, ``massive_activations`` and ``value_mass`` with :func:`anchorlens.analyses.registry.make_reducer`.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from anchorlens.analyses.frames import (
     roles_label,
 )
 from anchorlens.analyses.headline import HEADLINE, HeadlineMetric, anchor_metrics, headline_metric
+from anchorlens.analyses.learned_sink import LearnedSinkReducer
 from anchorlens.analyses.massive import MassiveActivationsReducer
 from anchorlens.analyses.metrics import (
     FIRST_TOKEN,
@@ -59,6 +60,7 @@ from anchorlens.analyses.value_mass import ValueMassReducer
 __all__ = [
     "DEFAULT_REDUCERS",
     "EVIDENCE_REDUCERS",
+    "LearnedSinkReducer",
     "DecompositionReducer",
     "MASK_REASON",
     "SINK",

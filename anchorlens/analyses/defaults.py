@@ -14,7 +14,7 @@ from anchorlens.analyses.registry import make_reducer
 from anchorlens.capture.reducer import Reducer
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
-DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy", "decomposition")
+DEFAULT_REDUCERS = ("role_flow", "first_token", "entropy", "decomposition", "learned_sink")
 EVIDENCE_REDUCERS = ("sink_battery", "massive_activations", "value_mass")
 
 
@@ -24,8 +24,8 @@ def default_reducers(
     *,
     extra: Sequence[str] | Mapping[str, Mapping] = (),
 ) -> list[Reducer]:
-    """Fresh ``role_flow``, ``first_token``, ``entropy`` (also of ``anchor_role``'s queries) and ``decomposition``
-    reducers counting the run's ``roles``, then the reducers named in ``extra`` (names, or name -> options, e.g.
+    """Fresh ``role_flow``, ``first_token``, ``entropy`` (also of ``anchor_role``'s queries), ``decomposition`` and
+    ``learned_sink`` reducers counting the run's ``roles``, then the reducers named in ``extra`` (names, or name -> options, e.g.
     ``{"sink_battery": {"eps": [0.1, 0.3]}}``), each built with the run's roles."""
     options = dict(extra) if isinstance(extra, Mapping) else {name: {} for name in extra}
     return [
@@ -33,5 +33,6 @@ def default_reducers(
         make_reducer("first_token", roles=roles),
         make_reducer("entropy", anchor_role=anchor_role, roles=roles),
         make_reducer("decomposition", roles=roles),
+        make_reducer("learned_sink", roles=roles),  # rows only where the model has learned sinks (gpt-oss)
         *(make_reducer(name, roles=roles, **dict(opts)) for name, opts in options.items()),
     ]

@@ -78,3 +78,20 @@ def test_learned_sink_metric_is_the_mean_sink_mass_of_valid_queries(tiny_base):
             want = (missing * valid[:, None, :]).sum(-1) / valid.sum(-1, keepdim=True)  # [B, H]
             got = rows[rows["layer"] == layer].sort_values(["example", "head"])["value"].to_numpy()
             assert len(got) == want.numel() and abs(got - want.flatten().numpy()).max() <= 1e-5, (spec, layer)
+
+
+def test_default_statistics_report_the_learned_sink_only_where_there_is_one(tiny_base):
+    """The default reducers include learned_sink: gpt-oss gets rows (decomposition + sink = 1), Llama none."""
+    from anchorlens.analyses import default_reducers, metrics_frame
+    from anchorlens.capture.collect import stream_statistics
+
+    frames = {}
+    for name in ("tiny-gpt-oss", "tiny-llama"):
+        base = tiny_base(name)
+        reducers = default_reducers()
+        stream_statistics(base, [_batch(base, "left", n=2)], reducers)
+        frames[name] = metrics_frame(reducers)
+    assert "learned_sink" in set(frames["tiny-gpt-oss"]["metric"])
+    assert "learned_sink" not in set(frames["tiny-llama"]["metric"])
+    sink = frames["tiny-gpt-oss"].query("metric == 'learned_sink' and query_role == 'all'")["value"]
+    assert float(sink.min()) > 0.01
