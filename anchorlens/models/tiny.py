@@ -243,6 +243,7 @@ DISCOVERED: dict[str, TinySpec] = {
     "tiny-starcoder2": _any("starcoder2", sliding_window=WINDOW),
     "tiny-falcon": _any("falcon"),
     "tiny-cohere2": _any("cohere2"),
+    "tiny-deepseek-v3": _any("deepseek_v3", first_k_dense_replace=1),
     "tiny-llama4-text": _any(
         "llama4_text", attention_chunk_size=WINDOW, no_rope_layer_interval=2, floor_scale=4, attn_scale=0.5
     ),

@@ -107,6 +107,8 @@ def tiny_config(model_type: str, vocab_size: int, special: dict[str, int] | None
     values["vocab_size"] = vocab_size
     if defaults.get("sliding_window") is not None:
         values["sliding_window"] = WINDOW
+    if "kv_lora_rank" in defaults and "num_attention_heads" in values:
+        values["num_key_value_heads"] = values["num_attention_heads"]  # latent attention expands to every head
     if "layer_types" in defaults:
         values["layer_types"] = None  # derived again for the new depth
     values.update({k: v for k, v in (special or {}).items() if k in defaults})

@@ -129,6 +129,15 @@ VERIFIED: tuple[Verified, ...] = (
         (GQA, SLIDE, MIXED, "parallel attention and MLP"),
     ),
     Verified(
+        "DeepSeek-V3",
+        "deepseek_v3",
+        "tiny-deepseek-v3",
+        "decoder",
+        REFERENCE,
+        False,
+        (MOE, "multi-head latent attention", "partial rotary"),
+    ),
+    Verified(
         "Llama 4 text",
         "llama4_text",
         "tiny-llama4-text",

@@ -248,6 +248,8 @@ def _mechanisms(model: torch.nn.Module, config: Any, sites: list[SiteLayout], fo
         out.append("QK-norm")
     if any(_MOE.search(type(m).__name__) for _, m in model.named_modules()):
         out.append("mixture of experts")
+    if getattr(config, "kv_lora_rank", None):
+        out.append("multi-head latent attention")
     rope = getattr(config, "rope_parameters", None) or {}
     partial = getattr(config, "partial_rotary_factor", None) or (
         rope.get("partial_rotary_factor") if isinstance(rope, dict) else None
@@ -476,6 +478,8 @@ def _assemble(model, model_type, config, records, names, lists, sites, stack_lis
     mechanisms = _mechanisms(model, config, sites, found)
     guidance = _guidance_refusal(model_type, stacks, encoder_decoder, unknown.get("decoder", []), problems)
     prefix = guidance or _prefix_refusal(model_type, layer_kinds.get("decoder", ()), decoder_sites)
+    if prefix is None and getattr(config, "kv_lora_rank", None):  # the cache holds compressed latents, not keys
+        prefix = f"{model_type} caches compressed key/value latents (multi-head latent attention), not per-head keys"
     return Discovered(
         model_type=model_type,
         stacks=stacks,
