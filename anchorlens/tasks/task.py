@@ -138,6 +138,12 @@ class Task:
                     return i
         raise ValueError(f"label {value!r} is not one of {self.labels!r} for task {self.name}")
 
+    def unknown_label(self, value: Any) -> str:
+        """The error text for a label value in the data that the task has no verbalizer for, with the fix."""
+        own = self.source and not self.source.startswith("builtin:")
+        fix = f"give it a verbalizer in {self.source}" if own else "correct the row's label"
+        return f"label {value!r} is not one of {self.labels!r} for task {self.name}; {fix} (or drop the row)"
+
     def example_label(self, example: Mapping[str, Any]) -> Any:
         """The label value of an example: its ``label_field``, or what the task computes from it (a harness task's
         ``doc_to_target``)."""
