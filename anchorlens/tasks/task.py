@@ -156,12 +156,16 @@ class Task:
         return self.verbalizers[self.label_index(value)]
 
     def describe_source(self) -> dict[str, Any]:
-        """``{"name", "source", "sha256", "kind", "roles"}`` for a run's manifest."""
+        """``{"name", "source", "sha256", "kind", "fields", "label_field", "labels", "roles"}`` for a run's manifest
+        (labels as ``[value, verbalizer]`` pairs)."""
         return {
             "name": self.name,
             "source": self.source,
             "sha256": self.digest,
             "kind": self.kind,
+            "fields": list(self.fields),
+            "label_field": self.label_field if self.has_labels else None,
+            "labels": [[label, verbalizer] for label, verbalizer in zip(self.labels, self.verbalizers)],
             "roles": list(self.roles),
         }
 
