@@ -74,6 +74,11 @@ def test_capture_compare_evaluate_figures_and_flow_on_a_users_task(experiment):
     decomposition = cmp_metrics[cmp_metrics["metric"] == "decomposition"]
     assert {"scaffold", "punct"} <= set(decomposition["key_role"])
     assert (d / "cmp" / "figures" / "role_flow.png").is_file()
+    headline = pd.read_csv(d / "cmp" / "headline.csv")
+    parts = headline[(headline["metric"] == "decomposition") & (headline["stack"] == "decoder")]
+    assert {"input → scaffold (sink excluded)", "input → punct (sink excluded)"} <= set(parts["label"])
+    for _, rows in parts.groupby("checkpoint"):  # with the task's own roles the parts of input attention sum to 1
+        assert rows["mean"].fillna(0).sum() == pytest.approx(1.0, abs=1e-4)
 
     r = run("flow", d / "cmp", "--queries", "content", "--checkpoint", "instance")
     assert r.exit_code == 0, r.output
