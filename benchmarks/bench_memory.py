@@ -3,11 +3,13 @@
     python benchmarks/bench_memory.py                          # SmolLM2, real RTE rows, N = 64, 512, 2490
     python benchmarks/bench_memory.py --n 64,512 --base tiny-llama
     python benchmarks/bench_memory.py --corpus 2000            # also: a 2,000-document parquet corpus, --task text
+    python benchmarks/bench_memory.py --n "" --corpus 200,2000 --base tiny-llama   # corpus against corpus
 
-Each N runs ``capture --ckpt instance`` in its own process (batch 8, the default chunk of 32 examples); the
-peak RSS of that process (``wait4``'s ru_maxrss) and its wall time are printed with the ratio to the
-smallest N. Real rows come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled,
-when it is absent). The corpus is made of those rows' premises joined into documents of 3-12 sentences.
+Each N runs ``capture --ckpt instance`` (a corpus: ``--ckpt base --task text``) in its own process (batch 8
+unless ``--batch-size``, the default chunk of 32 examples); the peak RSS of that process (``wait4``'s ru_maxrss)
+and its wall time are printed with the ratio to the smallest N (corpus rows: to the smallest corpus). Real rows
+come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled, when it is absent). A
+corpus is made of those rows' premises joined into documents of 3-12 sentences.
 """
 
 from __future__ import annotations
@@ -73,11 +75,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="64,512,2490", help="numbers of examples")
     ap.add_argument("--base", default="smollm2-135m")
-    ap.add_argument("--corpus", type=int, default=0, help="also capture a corpus of this many documents (--task text)")
-    ap.add_argument("--max-length", type=int, default=256, help="window of the corpus run")
+    ap.add_argument(
+        "--corpus", default="", help="also capture corpora of these many documents (--task text), e.g. 200,2000"
+    )
+    ap.add_argument("--max-length", type=int, default=256, help="window of the corpus runs")
+    ap.add_argument("--batch-size", type=int, default=8, help="examples (windows) per forward pass, every run")
     opts = ap.parse_args()
     sizes = [int(v) for v in opts.n.split(",") if v.strip()]
-    print(f"capture --ckpt instance on {opts.base}, batch 8, chunks of 32 examples, one process per row")
+    corpora = [int(v) for v in opts.corpus.split(",") if v.strip()]
+    batch = str(opts.batch_size)
+    print(f"capture on {opts.base}, batch {batch}, chunks of 32 examples, one process per row")
     print(f"{'run':>22}  {'peak RSS MiB':>12}  {'x smallest':>10}  {'wall s':>8}  {'s/example':>9}")
     with tempfile.TemporaryDirectory(prefix="anchorlens-bench-memory-") as tmp:
         folder = Path(tmp)
@@ -86,19 +93,24 @@ def main() -> int:
             data = _data(folder, n)
             out = folder / f"out-{n}"
             rss, wall = _run(["capture", "--ckpt", "instance", "--base", opts.base, "--data", str(data),
-                              "--out", str(out), "--no-progress", "--batch-size", "8"])  # fmt: skip
+                              "--out", str(out), "--no-progress", "--batch-size", batch])  # fmt: skip
             first = first or rss
             print(
                 f"{f'RTE N={n:,}':>22}  {rss:>12,.0f}  {rss / first:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}", flush=True
             )
-        if opts.corpus:
-            corpus = _corpus(folder, opts.corpus)
-            out = folder / "out-corpus"
+        smallest = None
+        for docs in corpora:
+            corpus = _corpus(folder, docs)
+            out = folder / f"out-corpus-{docs}"
             rss, wall = _run(["capture", "--ckpt", "base", "--base", opts.base, "--task", "text", "--data", str(corpus),
-                              "--max-length", str(opts.max_length), "--out", str(out), "--no-progress"])  # fmt: skip
+                              "--max-length", str(opts.max_length), "--out", str(out), "--no-progress",
+                              "--batch-size", batch])  # fmt: skip
+            smallest = smallest or rss
             windows = json.loads((out / "manifest.json").read_text())["n_examples"]
-            label = f"corpus {opts.corpus:,} docs"
-            print(f"{label:>22}  {rss:>12,.0f}  {rss / (first or rss):>10.3f}  {wall:>8.1f}  ({windows:,} windows)")
+            label = f"corpus {docs:,} docs"
+            print(
+                f"{label:>22}  {rss:>12,.0f}  {rss / smallest:>10.3f}  {wall:>8.1f}  ({windows:,} windows)", flush=True
+            )
     return 0
 
 

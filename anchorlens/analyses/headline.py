@@ -9,6 +9,7 @@ absorption, the entropy of input queries, and the guidance-only metrics reported
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -98,6 +99,24 @@ DECOMPOSITION: tuple[HeadlineMetric, ...] = (SINK_MASS, GUIDANCE_MASS, STRUCTURA
 HEADLINE: tuple[HeadlineMetric, ...] = DECOMPOSITION + (ABSORPTION, INPUT_ENTROPY, GUIDANCE_ENTROPY, ISLAND)
 
 
+def role_mass_metric(role: str) -> HeadlineMetric:
+    """Attention input queries put on a role the run adds (a chat template's scaffold and system, a task's own
+    role, few-shot demonstrations), the sink excluded."""
+    return _part(
+        role,
+        role,
+        f"input → {role} (sink excluded)",
+        f"attention input queries put on {role} tokens, the sink excluded",
+    )
+
+
+def run_headline(added_roles: Sequence[str]) -> tuple[HeadlineMetric, ...]:
+    """The headline of a run whose role table adds ``added_roles`` to the built-ins: the decomposition gains one
+    row per added role (after the built-in parts, so the parts of a run still sum to 1), then the rest."""
+    parts = DECOMPOSITION + tuple(role_mass_metric(r) for r in added_roles)
+    return parts + HEADLINE[len(DECOMPOSITION) :]
+
+
 def anchor_mass_metric(anchor: str) -> HeadlineMetric:
     """Attention input queries put on the ``anchor`` role's keys (e.g. the instance token)."""
     return HeadlineMetric(
@@ -152,4 +171,6 @@ __all__ = [
     "anchor_metrics",
     "anchor_structural_metric",
     "headline_metric",
+    "role_mass_metric",
+    "run_headline",
 ]

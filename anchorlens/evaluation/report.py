@@ -33,7 +33,10 @@ def _py(value):
 def _groups(rows: pd.DataFrame, task: Task) -> list:
     """Group keys for exact match: the task's ``group_fields`` the predictions carry (the finest one required)."""
     fields = [f for f in task.group_fields if f in rows]
-    if not task.group_fields or task.group_fields[-1] not in fields:
-        need = task.group_field or "group"
-        raise ValueError(f"exact match for task {task.name} needs a {need!r} column in the predictions")
+    if not task.group_fields:
+        raise ValueError(f"exact match for task {task.name} needs group_field in its task file")
+    if task.group_fields[-1] not in fields:
+        raise ValueError(
+            f"exact match for task {task.name} needs a {task.group_fields[-1]!r} column in the predictions"
+        )
     return list(zip(*(rows[f] for f in fields)))

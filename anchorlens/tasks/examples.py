@@ -253,7 +253,9 @@ def _check_table(data: Any, task: Task, where: _Where, require_labels: bool, col
                 )
         missing = _first(col.is_null())
         if missing is not None:
-            raise DataError(f"{where(missing)}: missing field {field!r} for task {task.name}")
+            raise DataError(
+                f"{where(missing)}: missing field {field!r} for task {task.name}; fill it in or drop the row"
+            )
     if not task.has_labels:
         return
     label = task.label_field
@@ -274,9 +276,7 @@ def _check_table(data: Any, task: Task, where: _Where, require_labels: bool, col
             task.label_index(value)
         except ValueError:
             row = _first(pc.equal(col, pa.scalar(value, type=col.type)))
-            raise DataError(
-                f"{where(row or 0)}: label {value!r} is not one of {task.labels!r} for task {task.name}"
-            ) from None
+            raise DataError(f"{where(row or 0)}: {task.unknown_label(value)}") from None
     if require_labels:
         missing = _first(col.is_null())
         if missing is not None:

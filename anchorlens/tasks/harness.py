@@ -121,6 +121,11 @@ def _with_includes(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, A
 def _refuse_code(data: Mapping[str, Any], where: str) -> None:
     """Entries that need the harness's Python: one line naming the entry."""
     for key, value in data.items():
+        if isinstance(value, _Function) and key in CODE_KEYS:
+            raise DataError(
+                f"{where}: {key} is `!function {value}` (Python code of the harness); anchorlens cannot run it: "
+                f"preprocess the data and drop {key}"
+            )
         if isinstance(value, _Function):
             raise DataError(
                 f"{where}: {key} is `!function {value}` (Python code of the harness); anchorlens reads only Jinja "

@@ -78,7 +78,7 @@ def check_example(example: Row, task: Task, where: str) -> Row:
                 continue
             raise DataError(f"{where}: field {field!r} must be a string or number, got an object")
         if value is None:
-            raise DataError(f"{where}: missing field {field!r} for task {task.name}")
+            raise DataError(f"{where}: missing field {field!r} for task {task.name}; fill it in or drop the row")
         if not task.template.needs_scalars:
             continue
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -94,7 +94,7 @@ def check_example(example: Row, task: Task, where: str) -> Row:
         try:
             task.label_index(label)
         except ValueError:
-            raise DataError(f"{where}: label {label!r} is not one of {task.labels!r} for task {task.name}") from None
+            raise DataError(f"{where}: {task.unknown_label(label)}") from None
     example["labelled"] = label is not None and task.has_labels
     return example
 

@@ -144,11 +144,13 @@ def build_prompts(
     queries: Sequence[Row] | None = None,
     pool: Sequence[Row] | None = None,
     pool_source: str = "",
+    queries_source: str = "",
 ) -> Prompts:
     """Bind ``task`` and ``options`` to ``tokenizer``: the run's role scheme, chat layout and demonstrations.
 
     ``pool``: the demonstrations' examples (from ``--shots-from``); None takes them from ``queries`` (the
-    evaluated data, a query never its own demonstration). Bad combinations are a one-line UsageError.
+    evaluated data, a query never its own demonstration; ``queries_source`` names that data in errors). Bad
+    combinations are a one-line UsageError.
     """
     options = options.resolved(task)
     layout = None
@@ -161,7 +163,7 @@ def build_prompts(
     demos = None
     if options.shots:
         same = pool is None
-        source = pool_source if pool is not None else "the evaluated data"
+        source = pool_source if pool is not None else (queries_source or "the evaluated data")
         chosen = queries if pool is None else pool
         if chosen is None:
             raise UsageError("--shots needs examples to draw demonstrations from (--shots-from FILE)")

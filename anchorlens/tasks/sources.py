@@ -86,12 +86,13 @@ def parse_source(spec: str | Path) -> DataSource:
 
 
 def _quiet_datasets() -> Any:
-    """Import ``datasets`` with its progress bars and info logs off."""
+    """Import ``datasets`` with its progress bars and logs off: a reader that fails logs its error before raising
+    it (``Failed to read schema from ...``), and anchorlens reports every such failure as its own one line."""
     import datasets
 
     datasets.disable_progress_bars()
-    datasets.logging.set_verbosity_error()
-    logging.getLogger("datasets").setLevel(logging.ERROR)
+    datasets.logging.set_verbosity(logging.CRITICAL)
+    logging.getLogger("datasets").setLevel(logging.CRITICAL)
     return datasets
 
 
@@ -112,6 +113,8 @@ def _open_file(source: DataSource) -> Any:
             fh.read(1)
     if source.format in ("json", "csv", "text"):
         _check_text_file(path, source.format)
+    if source.format == "csv":
+        _check_csv_rows(path, "\t" if path.suffix.lower() == ".tsv" else ",")
     datasets = _quiet_datasets()
     kwargs: dict[str, Any] = {}
     if source.format == "csv" and path.suffix.lower() == ".tsv":
@@ -153,6 +156,43 @@ def _check_text_file(path: Path, fmt: str) -> None:
             offset += len(chunk)
     if blank:
         raise DataError(f"{path}: no examples (the file is empty)")
+
+
+def _check_csv_rows(path: Path, sep: str) -> None:
+    """Every record of a CSV/TSV file has the header's number of columns (the reader would fill a short row with
+    missing values, or fail without naming the line); one line naming the row, its line and the fix otherwise.
+    Streams the file; rows are numbered like the readers' (blank lines skipped, the header not counted)."""
+    import csv
+
+    limit = csv.field_size_limit()
+    csv.field_size_limit(2**31 - 1)  # documents longer than csv's default 128 KiB field
+    try:
+        with os_errors(path, "cannot read --data"), path.open(newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh, delimiter=sep)
+            header = next((r for r in reader if r), None)
+            if header is None:
+                return
+            row = 0
+            for record in reader:
+                if not record:
+                    continue
+                row += 1
+                if len(record) < len(header):
+                    lacking = ", ".join(header[len(record) :])
+                    raise DataError(
+                        f"{path}: row {row:,} (line {reader.line_num:,}) has {len(record)} of the header's "
+                        f"{len(header)} columns ({lacking} missing); complete the row or leave the cell empty"
+                    )
+                if len(record) > len(header):
+                    what = "a tab" if sep == "\t" else f"a {sep!r}"
+                    raise DataError(
+                        f"{path}: row {row:,} (line {reader.line_num:,}) has {len(record)} columns, the header "
+                        f"{len(header)}; quote the field that holds {what} or add the column to the header"
+                    )
+    except csv.Error:
+        return  # a malformed quote: the reader's own error names it
+    finally:
+        csv.field_size_limit(limit)
 
 
 def _pick_split(loaded: Any, source: DataSource, where: str) -> Any:

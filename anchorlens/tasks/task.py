@@ -138,6 +138,12 @@ class Task:
                     return i
         raise ValueError(f"label {value!r} is not one of {self.labels!r} for task {self.name}")
 
+    def unknown_label(self, value: Any) -> str:
+        """The error text for a label value in the data that the task has no verbalizer for, with the fix."""
+        own = self.source and not self.source.startswith("builtin:")
+        fix = f"give it a verbalizer in {self.source}" if own else "correct the row's label"
+        return f"label {value!r} is not one of {self.labels!r} for task {self.name}; {fix} (or drop the row)"
+
     def example_label(self, example: Mapping[str, Any]) -> Any:
         """The label value of an example: its ``label_field``, or what the task computes from it (a harness task's
         ``doc_to_target``)."""
@@ -150,12 +156,16 @@ class Task:
         return self.verbalizers[self.label_index(value)]
 
     def describe_source(self) -> dict[str, Any]:
-        """``{"name", "source", "sha256", "kind", "roles"}`` for a run's manifest."""
+        """``{"name", "source", "sha256", "kind", "fields", "label_field", "labels", "roles"}`` for a run's manifest
+        (labels as ``[value, verbalizer]`` pairs)."""
         return {
             "name": self.name,
             "source": self.source,
             "sha256": self.digest,
             "kind": self.kind,
+            "fields": list(self.fields),
+            "label_field": self.label_field if self.has_labels else None,
+            "labels": [[label, verbalizer] for label, verbalizer in zip(self.labels, self.verbalizers)],
             "roles": list(self.roles),
         }
 

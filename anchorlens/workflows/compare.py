@@ -11,7 +11,7 @@ import pandas as pd
 
 from anchorlens.analyses import average_heads, compare_frames, headline_table
 from anchorlens.analyses.frames import concat_frames
-from anchorlens.analyses.headline import HEADLINE, anchor_metrics
+from anchorlens.analyses.headline import anchor_metrics, run_headline
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
@@ -140,7 +140,8 @@ def compare(
     names = list(models)
     metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
     anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
-    headline = headline_table(frames, HEADLINE + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
+    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
+    headline = headline_table(frames, added + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
     paired = _paired(frames, names[0], n_boot)
     facts = {
         "base": shared.spec,

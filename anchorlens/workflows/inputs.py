@@ -33,7 +33,13 @@ class Inputs:
         windows have ``max_length`` tokens unless the options name a window."""
         options = self.prompt if self.prompt.window or not max_length else replace(self.prompt, window=max_length)
         return build_prompts(
-            self.task, tokenizer, options, queries=self.examples, pool=self.pool, pool_source=self.pool_source
+            self.task,
+            tokenizer,
+            options,
+            queries=self.examples,
+            pool=self.pool,
+            pool_source=self.pool_source,
+            queries_source=self.source,
         )
 
     def predict(self, model: Any, *, batch_size: int, max_length: int | None, progress: bool = False) -> Any:

@@ -176,6 +176,7 @@ def _train(
         queries=train_ex,
         pool=inputs.pool,
         pool_source=inputs.pool_source,
+        queries_source=inputs.source,
     )
     out_path = None if claim is None else claim.start_in_place()
     trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress, prompts=prompts)

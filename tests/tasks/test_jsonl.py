@@ -68,18 +68,24 @@ def test_row_that_is_not_an_object(tmp_path):
 
 def test_missing_field(tmp_path):
     path = _write(tmp_path, [_row(), _row(), json.dumps({"premise": "P.", "label": "entailment"})])
-    assert _error(path) == f"{path}:3: missing field 'hypothesis' for task rte"
+    assert _error(path) == f"{path}:3: missing field 'hypothesis' for task rte; fill it in or drop the row"
 
 
 def test_label_not_in_task_labels(tmp_path):
     path = _write(tmp_path, [_row(label="maybe")])
-    assert _error(path) == f"{path}:1: label 'maybe' is not one of ('entailment', 'not_entailment') for task rte"
+    assert _error(path) == (
+        f"{path}:1: label 'maybe' is not one of ('entailment', 'not_entailment') for task rte; correct the row's label "
+        "(or drop the row)"
+    )
     copa = _write(
         tmp_path,
         [json.dumps({"premise": "p", "choice1": "a", "choice2": "b", "question": "cause", "label": True})],
         "copa.jsonl",
     )
-    assert _error(copa, "copa") == f"{copa}:1: label True is not one of (0, 1) for task copa"
+    assert (
+        _error(copa, "copa")
+        == f"{copa}:1: label True is not one of (0, 1) for task copa; correct the row's label (or drop the row)"
+    )
 
 
 def test_empty_and_missing_files(tmp_path):
@@ -165,7 +171,9 @@ def test_multirc_rows_flatten_to_answers(tmp_path):
         },
     }
     path = _write(tmp_path, [json.dumps(row)])
-    assert _error(path, "multirc") == f"{path}:1: label 2 is not one of (0, 1) for task multirc"
+    assert _error(path, "multirc") == (
+        f"{path}:1: label 2 is not one of (0, 1) for task multirc; correct the row's label (or drop the row)"
+    )
     row["passage"]["questions"][1]["answers"][0]["label"] = 0
     path = _write(tmp_path, [json.dumps(row), json.dumps({"idx": 1, "passage": {"text": "P."}})])
     assert _error(path, "multirc") == f"{path}:2: missing field 'passage.questions' for task multirc"

@@ -103,7 +103,7 @@ def test_csv_missing_value_at_row_1207_names_the_row(tmp_path, reviews):
     path = _write_csv(tmp_path / "reviews.csv", rows)
     with pytest.raises(DataError) as info:
         load_examples(path, reviews, field_map="text=review_body")
-    assert str(info.value) == f"{path}: row 1,207: missing field 'text' for task reviews"
+    assert str(info.value) == f"{path}: row 1,207: missing field 'text' for task reviews; fill it in or drop the row"
 
 
 @pytest.mark.parametrize(

@@ -159,3 +159,33 @@ def test_missing_task_file_and_unknown_names(tmp_path):
         get_task(str(tmp_path / "nope.toml"))
     with pytest.raises(ValueError, match="known tasks: rte, cb, boolq, copa, wic, wsc, multirc, text"):
         get_task("glue")
+
+
+SUPERGLUE_FIELDS = ("premise", "hypothesis", "passage", "question", "choice1", "choice2", "sentence1", "sentence2",
+                    "span1_text", "span2_text", "target.span1_text", "target.span2_text", "passage_idx", "questions")  # fmt: skip
+
+
+def test_no_superglue_field_name_is_written_in_code():
+    """The seven tasks' field names live in their task files only: no string in the package's code (docstrings
+    aside) is such a name or a template slot of one."""
+    import ast
+
+    import anchorlens
+
+    found = []
+    for path in sorted(Path(anchorlens.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+                if text in SUPERGLUE_FIELDS or any(f"{{{name}}}" in text for name in SUPERGLUE_FIELDS):
+                    found.append(f"{path.name}:{node.lineno}: {text!r}")
+    assert not found, found

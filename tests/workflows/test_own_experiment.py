@@ -64,6 +64,8 @@ def test_capture_compare_evaluate_figures_and_flow_on_a_users_task(experiment):
     assert manifest["roles"]["names"][6:] == ["scaffold", "punct"]
     assert manifest["roles"]["added"]["scaffold"] == "task reviews"
     assert manifest["task_source"]["name"] == "reviews" and manifest["task_source"]["source"].endswith("reviews.toml")
+    assert manifest["task_source"]["fields"] == ["text"] and manifest["task_source"]["label_field"] == "stars"
+    assert manifest["task_source"]["labels"] == [["positive", " good"], ["negative", " bad"]]
     assert manifest["data_facts"]["field_map"] == {"text": "review_body"} and manifest["n_examples"] == 12
 
     r = run("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, *_data(d), "--out", d / "cmp")
@@ -72,6 +74,11 @@ def test_capture_compare_evaluate_figures_and_flow_on_a_users_task(experiment):
     decomposition = cmp_metrics[cmp_metrics["metric"] == "decomposition"]
     assert {"scaffold", "punct"} <= set(decomposition["key_role"])
     assert (d / "cmp" / "figures" / "role_flow.png").is_file()
+    headline = pd.read_csv(d / "cmp" / "headline.csv")
+    parts = headline[(headline["metric"] == "decomposition") & (headline["stack"] == "decoder")]
+    assert {"input → scaffold (sink excluded)", "input → punct (sink excluded)"} <= set(parts["label"])
+    for _, rows in parts.groupby("checkpoint"):  # with the task's own roles the parts of input attention sum to 1
+        assert rows["mean"].fillna(0).sum() == pytest.approx(1.0, abs=1e-4)
 
     r = run("flow", d / "cmp", "--queries", "content", "--checkpoint", "instance")
     assert r.exit_code == 0, r.output
@@ -85,6 +92,23 @@ def test_capture_compare_evaluate_figures_and_flow_on_a_users_task(experiment):
 
     r = run("figures", d / "cmp", "--out", d / "figs")
     assert r.exit_code == 0, r.output
+    assert {"role_flow.png", "layer_curves.png", "attention_maps.png"} <= {p.name for p in (d / "figs").iterdir()}
+
+
+def test_the_figures_of_a_users_task_name_its_roles(experiment, tmp_path):
+    """The role-flow and attention-map figures of the compare run, read back from SVG text, carry the task's own
+    roles (scaffold from its template, punct from its rule) beside the built-ins the run has."""
+    from anchorlens.reports.comparison import comparison_figures, load_comparison
+    from tests.figures.runs import saved_texts
+
+    if not (experiment / "cmp" / "metrics.parquet").is_file():
+        pytest.skip("needs the compare run of test_capture_compare_evaluate_figures_and_flow_on_a_users_task")
+    figures = {stem: fig for stem, _, fig in comparison_figures(load_comparison(experiment / "cmp"))}
+    flow = saved_texts(figures["role_flow"], tmp_path / "flow.svg")
+    assert {"scaffold", "punct", "content", "structural", "instance"} <= set(flow)
+    assert "soft_prompt" not in flow and "capsule" not in flow  # roles the run has not got are not drawn
+    maps = " ".join(saved_texts(figures["attention_maps"], tmp_path / "maps.svg"))
+    assert "scaffold" in maps and "punct" in maps
 
 
 def test_few_shot_runs_show_demo_roles(experiment):
