@@ -232,6 +232,7 @@ def positions(
         str,
         typer.Option("--positions", help="Comma-separated: first, after_structural, middle, last, or token indices."),
     ] = "first,middle,last",
+    exactness: ExactnessOptions = ExactnessOptions(),
     output: OutputOptions = OutputOptions(Path("anchorlens-positions")),
     figures: FigureOptions = FigureOptions(),
 ) -> None:
@@ -250,6 +251,7 @@ def positions(
                 positions,
                 selection=selection,
                 batch_size=batch.size(model.device),
+                certificate=exactness.certify(),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )

@@ -8,7 +8,7 @@ import pandas as pd
 
 from anchorlens.analyses.headline import anchor_metrics
 from anchorlens.figures import position_sweep, save_figure
-from anchorlens.reports.comparison import write_metrics
+from anchorlens.reports.comparison import exactness_lines, write_metrics
 from anchorlens.reports.tables import FIXED_CELL, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.positions import PositionSweep
@@ -62,6 +62,8 @@ def write_positions(
             "that value at that position (e.g. nothing before the input can see it), so it is not a finding.",
             "",
             to_markdown(grid, "position"),
+            "",
+            *(f"- {line}" for line in exactness_lines(sweep.facts)),
             "",
         ]
         (tmp / "summary.md").write_text("\n".join(md))

@@ -11,6 +11,7 @@ import pandas as pd
 
 from anchorlens.analyses.headline import anchor_metrics
 from anchorlens.analyses.stats import summarize
+from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
@@ -20,7 +21,7 @@ from anchorlens.roles.kinds import Role
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare import validate_positions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.statistics import capture_statistics
+from anchorlens.workflows.statistics import capture_statistics, certify_capture
 
 MOVABLE = (Role.CAPSULE, Role.INSTANCE)
 
@@ -79,8 +80,11 @@ def sweep_positions(
     allow_other_base: bool = False,
     field_map: Any = None,
     prompt: PromptOptions | None = None,
+    certificate: CertifyOptions = CertifyOptions(),
 ) -> PositionSweep:
-    """Capture the same inputs with the anchor at each position; summary = anchor mass per position."""
+    """Capture the same inputs with the anchor at each position; summary = anchor mass per position.
+
+    Each position's capture is certified against eager on the first examples (``facts["exactness"]``)."""
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
     model = load_guided(spec, load_base(base, dtype=dtype, device=device), allow_other_base=allow_other_base)
@@ -91,9 +95,12 @@ def sweep_positions(
     for position in positions:
         anchor = _move(model, position)
         validate_positions(model, rows, prompts, batch_size)
-    frames = []
+    frames, exactness = [], {}
     for position in positions:
         _move(model, position)
+        exactness[position] = certify_capture(
+            model, rows, prompts, selection=selection, options=certificate, label=f"{spec} at {position}"
+        )
         # the anchor's derived rows come from capture_statistics itself (adding them again duplicated them)
         df = capture_statistics(
             model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor)
@@ -112,6 +119,7 @@ def sweep_positions(
         **inputs.facts(),
         "anchor_role": anchor,
         "positions": positions,
+        **({"exactness": exactness} if certificate.enabled else {}),
     }
     return PositionSweep(spec, positions, anchor, metrics, summary, inputs, facts)
 

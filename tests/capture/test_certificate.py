@@ -183,3 +183,15 @@ def test_granite_swa_learned_sink_is_certified_in_its_own_weights_convention():
 
     rows = {row.model_type: row for row in survey(["granite_swa", "gpt_oss"])}
     assert all(row.status == EXACT for row in rows.values()), rows
+
+
+def test_position_sweeps_certify_each_position(tmp_path):
+    from anchorlens.reports.positions import write_positions
+    from anchorlens.workflows.positions import sweep_positions
+
+    sweep = sweep_positions("instance", ["first", "last"], base="tiny-llama", n=4, batch_size=2)
+    records = sweep.facts["exactness"]
+    assert set(records) == {"first", "last"} and all(r["exact"] and r["max_abs_diff"] <= 1e-5 for r in records.values())
+    out = write_positions(sweep, tmp_path / "positions", figures=False)
+    assert "Exactness of last: max |Δ|" in (out / "summary.md").read_text()
+    assert set(json.loads((out / "manifest.json").read_text())["exactness"]) == {"first", "last"}
