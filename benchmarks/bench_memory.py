@@ -1,12 +1,13 @@
-"""Peak memory of ``anchorlens capture`` against the number of examples: flat in N, side by side in one run.
+"""Peak memory of ``anchorlens capture`` and ``compare`` against the number of examples: flat in N, side by side.
 
     python benchmarks/bench_memory.py                          # SmolLM2, real RTE rows, N = 64, 512, 2490
     python benchmarks/bench_memory.py --n 64,512 --base tiny-llama
+    python benchmarks/bench_memory.py --commands compare       # only compare
     python benchmarks/bench_memory.py --corpus 2000            # also: a 2,000-document parquet corpus, --task text
 
-Each N runs ``capture --ckpt instance`` in its own process (batch 8, the default chunk of 32 examples); the
-peak RSS of that process (``wait4``'s ru_maxrss) and its wall time are printed with the ratio to the
-smallest N. Real rows come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled,
+Each N runs ``capture --ckpt instance`` and ``compare --ckpt base --ckpt instance --no-figures`` in their own
+processes (batch 8, chunks of 32 examples); the peak RSS of each process (``wait4``'s ru_maxrss) and its wall
+time are printed with the ratio to the smallest N of the same command. Real rows come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled,
 when it is absent). The corpus is made of those rows' premises joined into documents of 3-12 sentences.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,24 +75,33 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="64,512,2490", help="numbers of examples")
     ap.add_argument("--base", default="smollm2-135m")
+    ap.add_argument("--commands", default="capture,compare", help="comma-separated: capture, compare")
     ap.add_argument("--corpus", type=int, default=0, help="also capture a corpus of this many documents (--task text)")
     ap.add_argument("--max-length", type=int, default=256, help="window of the corpus run")
     opts = ap.parse_args()
     sizes = [int(v) for v in opts.n.split(",") if v.strip()]
-    print(f"capture --ckpt instance on {opts.base}, batch 8, chunks of 32 examples, one process per row")
+    commands = [c.strip() for c in opts.commands.split(",") if c.strip()]
+    print(f"on {opts.base}: capture --ckpt instance / compare --ckpt base --ckpt instance --no-figures; batch 8,")
+    print("chunks of 32 examples, one process per row")
     print(f"{'run':>22}  {'peak RSS MiB':>12}  {'x smallest':>10}  {'wall s':>8}  {'s/example':>9}")
     with tempfile.TemporaryDirectory(prefix="anchorlens-bench-memory-") as tmp:
         folder = Path(tmp)
-        first = None
+        first: dict[str, float] = {}
         for n in sizes:
             data = _data(folder, n)
-            out = folder / f"out-{n}"
-            rss, wall = _run(["capture", "--ckpt", "instance", "--base", opts.base, "--data", str(data),
-                              "--out", str(out), "--no-progress", "--batch-size", "8"])  # fmt: skip
-            first = first or rss
-            print(
-                f"{f'RTE N={n:,}':>22}  {rss:>12,.0f}  {rss / first:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}", flush=True
-            )
+            for command in commands:
+                out = folder / f"out-{command}-{n}"
+                ckpts = ["--ckpt", "instance"] if command == "capture" else ["--ckpt", "base", "--ckpt", "instance"]
+                extra = ["--no-progress"] if command == "capture" else ["--no-figures"]
+                rss, wall = _run([command, *ckpts, "--base", opts.base, "--data", str(data), "--out", str(out),
+                                  "--batch-size", "8", *extra])  # fmt: skip
+                first.setdefault(command, rss)
+                label = f"{command} N={n:,}"
+                print(
+                    f"{label:>22}  {rss:>12,.0f}  {rss / first[command]:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}",
+                    flush=True,
+                )
+                shutil.rmtree(out, ignore_errors=True)
         if opts.corpus:
             corpus = _corpus(folder, opts.corpus)
             out = folder / "out-corpus"
@@ -98,7 +109,8 @@ def main() -> int:
                               "--max-length", str(opts.max_length), "--out", str(out), "--no-progress"])  # fmt: skip
             windows = json.loads((out / "manifest.json").read_text())["n_examples"]
             label = f"corpus {opts.corpus:,} docs"
-            print(f"{label:>22}  {rss:>12,.0f}  {rss / (first or rss):>10.3f}  {wall:>8.1f}  ({windows:,} windows)")
+            ref = first.get("capture", rss)
+            print(f"{label:>22}  {rss:>12,.0f}  {rss / ref:>10.3f}  {wall:>8.1f}  ({windows:,} windows)")
     return 0
 
 

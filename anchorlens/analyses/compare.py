@@ -307,6 +307,7 @@ class HeadlineRows:
         """Fold one checkpoint's rows of some examples (every row of each of those examples) in."""
         if checkpoint not in self._order:
             self._order.append(checkpoint)
+        df = df[df["metric"].isin({m.metric for m in self.metrics})]  # one pass over the chunk, then small frames
         for metric in self.metrics:
             sub = headline_rows(df, metric)
             if sub.empty:

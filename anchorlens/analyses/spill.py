@@ -40,25 +40,35 @@ class CellIndex:
         return len(self._keys)
 
     def ids(self, frame: pd.DataFrame) -> np.ndarray:
-        """Cell id [rows] int64 of every row of ``frame`` (new cells are numbered)."""
+        """Cell id [rows] int64 of every row of ``frame`` (new cells are numbered).
+
+        Rows are grouped by a mixed-radix code of the columns' factorized values (no MultiIndex, no sort); only
+        one row per distinct cell is turned into a key tuple.
+        """
         if frame.empty:
             return np.empty(0, dtype=np.int64)
+        code = np.zeros(len(frame), dtype=np.int64)
         arrays = []
         for c in self.columns:
             col = frame[c]
             if c == "head":
                 col = pd.array(col, dtype="Int64").fillna(_NA_HEAD)
-            arrays.append(np.asarray(col))
-        codes, uniques = pd.MultiIndex.from_arrays(arrays, names=self.columns).factorize()
-        lookup = np.empty(len(uniques), dtype=np.int64)
-        for i, key in enumerate(uniques):
-            key = tuple(v.item() if isinstance(v, np.generic) else v for v in key)
+            values = np.asarray(col)
+            codes, uniques = pd.factorize(values, use_na_sentinel=False)
+            code = code * max(len(uniques), 1) + codes
+            arrays.append(values)
+        inverse, distinct = pd.factorize(code)
+        first = np.empty(len(distinct), dtype=np.int64)
+        first[inverse[::-1]] = np.arange(len(code) - 1, -1, -1)  # a row of each distinct cell
+        lookup = np.empty(len(distinct), dtype=np.int64)
+        for i, row in enumerate(first):
+            key = tuple(a[row].item() if isinstance(a[row], np.generic) else a[row] for a in arrays)
             found = self._ids.get(key)
             if found is None:
                 found = self._ids[key] = len(self._keys)
                 self._keys.append(key)
             lookup[i] = found
-        return lookup[codes]
+        return lookup[inverse]
 
     def frame(self, ids: Sequence[int] | np.ndarray | None = None) -> pd.DataFrame:
         """The key columns of cells ``ids`` (default: every cell), ``head`` as nullable Int64."""

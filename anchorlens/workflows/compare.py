@@ -19,11 +19,12 @@ from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.progress import stage
+from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import chunk_indices
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.statistics import chunk_statistics
+from anchorlens.workflows.statistics import capture_statistics, chunk_statistics
 
 
 @dataclass
@@ -134,11 +135,7 @@ def compare(
     maps, params = {}, {}
     for name, model in models.items():
         with stage(f"capture {name}", len(rows), enabled=progress) as bar:
-            for ids in chunk_indices(len(rows), chunk_size):
-                df = chunk_statistics(
-                    model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length,
-                    progress=bar,
-                )  # fmt: skip
+            for df in _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
                 summaries.add(name, df)
                 bar.update(0, rows=summaries.writer.rows)
         one = [rows[map_example]]
@@ -162,6 +159,22 @@ def compare(
     if other:
         facts["other_base"] = other
     return Comparison(names, inputs, maps=maps, facts=facts, **summaries.result(names, n_boot))
+
+
+def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
+    """Each chunk's metric rows of ``model`` (memory holds one chunk). Under torchrun, one frame of every example:
+    the ranks share the examples and all-reduce their reducer states in memory (``capture`` is the dataset-scale
+    path under torchrun: per-rank shards on disk)."""
+    if rt.initialized() and rt.dist_info().world_size > 1:
+        yield capture_statistics(
+            model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
+            prompts=prompts,
+        )  # fmt: skip
+        return
+    for ids in chunk_indices(len(rows), chunk_size):
+        yield chunk_statistics(
+            model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar
+        )
 
 
 def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, batch_size: int) -> None:
