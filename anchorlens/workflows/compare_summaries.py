@@ -167,9 +167,7 @@ def figure_summaries(metrics_file: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     with tempfile.TemporaryDirectory(prefix="anchorlens-figures-") as tmp:
         if metrics_file.suffix == ".parquet" and _chunked(metrics_file):
             file = pq.ParquetFile(metrics_file)
-            examples = file.read(columns=["example"])["example"].to_numpy()
-            figures = FigureSummaries(Path(tmp), int(examples.max()) + 1 if len(examples) else 1)
-            del examples
+            figures = FigureSummaries(Path(tmp), _max_example(file) + 1)
             for group in range(file.num_row_groups):
                 _fold(figures, conform(file.read_row_group(group).to_pandas()))
         else:
@@ -179,6 +177,21 @@ def figure_summaries(metrics_file: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             figures = FigureSummaries(Path(tmp), int(frame["example"].max()) + 1 if len(frame) else 1)
             _fold(figures, frame)
         return figures.means(), figures.curve_summary()
+
+
+def _max_example(file: Any) -> int:
+    """The largest example id of a parquet file: from its row groups' column statistics (read per row group where
+    a statistic is missing), never the whole column at once."""
+    column = file.schema_arrow.get_field_index("example")
+    best = -1
+    for group in range(file.num_row_groups):
+        stats = file.metadata.row_group(group).column(column).statistics
+        if stats is not None and stats.has_min_max:
+            best = max(best, int(stats.max))
+        else:
+            values = file.read_row_group(group, columns=["example"])["example"].to_numpy()
+            best = max(best, int(values.max()) if len(values) else -1)
+    return max(best, 0)
 
 
 def _chunked(path: Path) -> bool:
