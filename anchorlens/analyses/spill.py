@@ -48,21 +48,21 @@ class CellIndex:
         if frame.empty:
             return np.empty(0, dtype=np.int64)
         code = np.zeros(len(frame), dtype=np.int64)
-        arrays = []
+        columns = []
         for c in self.columns:
             col = frame[c]
             if c == "head":
-                col = pd.array(col, dtype="Int64").fillna(_NA_HEAD)
-            values = np.asarray(col)
-            codes, uniques = pd.factorize(values, use_na_sentinel=False)
+                col = pd.Series(pd.array(col, dtype="Int64").fillna(_NA_HEAD), index=col.index)
+            codes, uniques = pd.factorize(col, use_na_sentinel=False)
             code = code * max(len(uniques), 1) + codes
-            arrays.append(values)
+            columns.append((codes, np.asarray(uniques, dtype=object)))
         inverse, distinct = pd.factorize(code)
         first = np.empty(len(distinct), dtype=np.int64)
         first[inverse[::-1]] = np.arange(len(code) - 1, -1, -1)  # a row of each distinct cell
         lookup = np.empty(len(distinct), dtype=np.int64)
-        for i, row in enumerate(first):
-            key = tuple(a[row].item() if isinstance(a[row], np.generic) else a[row] for a in arrays)
+        keys = zip(*(uniques[codes[first]] for codes, uniques in columns))
+        for i, key in enumerate(keys):
+            key = tuple(v.item() if isinstance(v, np.generic) else v for v in key)
             found = self._ids.get(key)
             if found is None:
                 found = self._ids[key] = len(self._keys)

@@ -50,18 +50,21 @@ class MetricsWriter:
         self._columns: list[str] = []
         self.rows = 0
 
-    def write(self, frame: pd.DataFrame) -> None:
-        """Append one chunk's rows (tidy columns, ``fixed``, ``checkpoint``)."""
+    def write(self, frame: pd.DataFrame, checkpoint: str) -> None:
+        """Append one checkpoint's chunk of tidy rows (and ``fixed``), with a ``checkpoint`` column."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         if frame.empty:
             return
         if self._writer is None:
-            self._columns = list(frame.columns)
-        else:
+            self._columns = [c for c in frame.columns if c != "checkpoint"]
+        elif list(frame.columns) != self._columns:
             frame = frame.reindex(columns=self._columns)
         table = pa.Table.from_pandas(frame, schema=arrow_schema(self._columns), preserve_index=False)
+        table = table.append_column(
+            pa.field("checkpoint", pa.string()), pa.array([checkpoint] * len(frame), pa.string())
+        )
         if self._writer is None:
             schema = table.schema.with_metadata({**(table.schema.metadata or {}), CHUNKED_KEY: b"1"})
             self._writer = pq.ParquetWriter(self.path, schema, compression="zstd")
@@ -85,20 +88,23 @@ class FigureSummaries:
     (``means``; head-averaged role-flow rows added) and the layer curves' summaries (mean, bootstrap CI, n)."""
 
     def __init__(self, folder: Path, n_examples: int) -> None:
-        self.cells = CellMeans(["checkpoint", *CELL])
-        self.flow = CellMeans(["checkpoint", *CELL])
+        self.cells: dict[str, CellMeans] = {}  # per checkpoint
+        self.flow: dict[str, CellMeans] = {}
         self.curves = CellSpill(folder / "curves", CELL, n_examples)
 
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's chunk of rows in."""
-        tagged = df.assign(checkpoint=checkpoint)
-        self.cells.add(tagged)
-        self.flow.add(average_heads(df[df["metric"] == "role_flow"]).assign(checkpoint=checkpoint))
+        self.cells.setdefault(checkpoint, CellMeans(CELL)).add(df)
+        self.flow.setdefault(checkpoint, CellMeans(CELL)).add(average_heads(df[df["metric"] == "role_flow"]))
         self.curves.add(checkpoint, curve_rows(df))
 
     def means(self) -> pd.DataFrame:
         """Per checkpoint and cell: ``value`` (mean over examples), ``count``; role flow averaged over heads too."""
-        return pd.concat([self.cells.frame(), self.flow.frame()], ignore_index=True)
+        parts = [
+            means.frame().assign(checkpoint=name) for group in (self.cells, self.flow) for name, means in group.items()
+        ]
+        out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=[*CELL, "value", "count", "n"])
+        return out[["checkpoint", *CELL, "value", "count", "n"]]
 
     def curve_summary(self) -> pd.DataFrame:
         """Per checkpoint, curve and layer: mean, ci_lo, ci_hi, n over examples (a ``layer_curves`` summary)."""
@@ -128,8 +134,7 @@ class Summaries:
 
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's metric rows of one chunk of examples in (and append them to metrics.parquet)."""
-        df = conform(df)
-        self.writer.write(df.assign(checkpoint=checkpoint))
+        self.writer.write(df, checkpoint)
         keep = df[df["metric"].isin(PAIRED_METRICS)]
         self.per_head.add(checkpoint, keep)
         self.layer_means.add(checkpoint, average_heads(keep))
