@@ -308,10 +308,14 @@ class HeadlineRows:
         if checkpoint not in self._order:
             self._order.append(checkpoint)
         df = df[df["metric"].isin({m.metric for m in self.metrics})]  # one pass over the chunk, then small frames
+        groups = df.groupby(["metric", "query_role", "key_role"], sort=False, observed=True).indices
         for metric in self.metrics:
-            sub = headline_rows(df, metric)
-            if sub.empty:
+            rows = groups.get((metric.metric, metric.query_role, metric.key_role))
+            if rows is None:
                 continue
+            sub = df.iloc[np.sort(rows)]
+            heads = per_head(sub)
+            sub = heads if len(heads) else sub  # headline_rows: per-head rows, else the head means
             key = (metric.name, checkpoint)
             reason = _fixed_reason(sub)
             if reason:
