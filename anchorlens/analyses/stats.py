@@ -17,7 +17,7 @@ import pandas as pd
 
 from anchorlens.analyses.frames import ROW_KEYS
 
-_CHUNK = 1 << 22  # elements per temporary block
+_CHUNK = 1 << 20  # elements per temporary block (8 MiB of float64: transients do not grow with the number of examples)
 
 
 _CACHE_LIMIT = 1 << 22  # resample / sign matrices up to this many elements (32 MiB) are built once and reused;
