@@ -3,7 +3,10 @@
 ``with stage("capturing base", total=24) as s: ... s.update(8)`` shows a tqdm bar when stderr is a
 terminal and the total is known; otherwise it writes plain lines, rate-limited (a start line, at
 most one progress line every ``every_s`` seconds, and a ``done`` line with the elapsed seconds), so
-logs of batch jobs and CI show where the time goes without one line per batch. A stage that ends
+logs of batch jobs and CI show where the time goes without one line per batch. A progress line
+(:func:`progress_line`) gives the items done, the rate, an ETA and the rows written so far
+(``s.update(n, rows=k)``); items resumed from disk (``s.update(n, resumed=True)``) count as done but not
+in the rate, so a resumed run's ETA is not flattered by work it did not do. A stage that ends
 within ``delay_s`` (1 s) prints nothing, and one stopped by a usage error prints no ``stopped`` line
 (the error line says why), so quick work and refusals stay one line. Layer 0: imports only errors.
 """
@@ -41,6 +44,31 @@ def _format_seconds(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s"
 
 
+def progress_line(
+    name: str,
+    count: int,
+    total: int | None,
+    elapsed: float,
+    *,
+    unit: str = "ex",
+    resumed: int = 0,
+    rows: int | None = None,
+) -> str:
+    """``capture: 64/2490 ex (3.20 ex/s, ~12m38s left, 1,201,920 rows written)``: ``count`` items done of ``total``
+    in ``elapsed`` seconds, ``resumed`` of them read back from disk (left out of the rate and the ETA)."""
+    worked = count - resumed
+    rate = worked / elapsed if elapsed > 0 else 0.0
+    of = f"/{total}" if total is not None else ""
+    parts = [f"{rate:.2f} {unit}/s"]
+    if total is not None and count < total:
+        parts.append(f"~{_format_seconds((total - count) / rate)} left" if rate > 0 else "time left unknown")
+    if resumed:
+        parts.append(f"{resumed} resumed")
+    if rows is not None:
+        parts.append(f"{rows:,} rows written")
+    return f"{name}: {count}{of} {unit} ({', '.join(parts)})"
+
+
 class Stage:
     """One named stage of work with an optional item count; see :func:`stage`."""
 
@@ -61,6 +89,8 @@ class Stage:
         self.stream = sys.stderr if stream is None else stream
         self.enabled, self.every_s = enabled, every_s
         self.count = 0
+        self.resumed = 0
+        self.rows: int | None = None
         self.started = self._last = time.monotonic()
         self._bar: Any = None
         self._closed = False
@@ -103,24 +133,36 @@ class Stage:
         """Seconds since the stage started."""
         return time.monotonic() - self.started
 
-    def update(self, n: int = 1) -> None:
-        """``n`` more items done; a plain progress line at most every ``every_s`` seconds."""
+    def update(self, n: int = 1, *, rows: int | None = None, resumed: bool = False) -> None:
+        """``n`` more items done (``resumed``: read back from disk, not computed), ``rows`` the rows written so far;
+        a plain progress line at most every ``every_s`` seconds."""
         self.count += n
+        self.resumed += n if resumed else 0
+        self.rows = self.rows if rows is None else rows
         if not self.enabled or self._closed:
             return
         if self._bar is not None:
+            if self.rows is not None:
+                self._bar.set_postfix_str(f"{self.rows:,} rows", refresh=False)
             self._bar.update(n)
             return
         now = time.monotonic()
         if not self._shown or now - self._last < self.every_s:
             return
         self._last = now
-        rate = self.count / max(now - self.started, 1e-9)
-        of = f"/{self.total}" if self.total is not None else ""
-        left = ""
-        if self.total is not None and rate > 0 and self.count < self.total:
-            left = f", ~{_format_seconds((self.total - self.count) / rate)} left"
-        self._write(f"{self.name}: {self.count}{of} {self.unit} ({rate:.2f} {self.unit}/s{left})")
+        self._write(self.line(now - self.started))
+
+    def line(self, elapsed: float | None = None) -> str:
+        """The progress line now (or after ``elapsed`` seconds): see :func:`progress_line`."""
+        return progress_line(
+            self.name,
+            self.count,
+            self.total,
+            self.elapsed if elapsed is None else elapsed,
+            unit=self.unit,
+            resumed=self.resumed,
+            rows=self.rows,
+        )
 
     def close(self, failed: bool = False, quiet: bool = False) -> float:
         """End the stage: close the bar; if the start was shown, write ``done`` (or ``stopped``) with the seconds.

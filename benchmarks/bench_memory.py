@@ -1,15 +1,16 @@
-"""Peak memory of ``anchorlens capture`` against the number of examples: flat in N, side by side in one run.
+"""Peak memory of ``anchorlens capture`` and ``compare`` against the number of examples: flat in N, side by side.
 
     python benchmarks/bench_memory.py                          # SmolLM2, real RTE rows, N = 64, 512, 2490
     python benchmarks/bench_memory.py --n 64,512 --base tiny-llama
-    python benchmarks/bench_memory.py --corpus 2000            # also: a 2,000-document parquet corpus, --task text
+    python benchmarks/bench_memory.py --commands compare       # only compare
     python benchmarks/bench_memory.py --n "" --corpus 200,2000 --base tiny-llama   # corpus against corpus
+    python benchmarks/bench_memory.py --corpus 2000            # also: a 2,000-document parquet corpus, --task text
 
-Each N runs ``capture --ckpt instance`` (a corpus: ``--ckpt base --task text``) in its own process (batch 8
-unless ``--batch-size``, the default chunk of 32 examples); the peak RSS of that process (``wait4``'s ru_maxrss)
-and its wall time are printed with the ratio to the smallest N (corpus rows: to the smallest corpus). Real rows
-come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled, when it is absent). A
-corpus is made of those rows' premises joined into documents of 3-12 sentences.
+Each N runs ``capture --ckpt instance`` and ``compare --ckpt base --ckpt instance --no-figures`` in their own
+processes (batch 8 unless ``--batch-size``, chunks of 32 examples); the peak RSS of each process (``wait4``'s
+ru_maxrss) and its wall time are printed with the ratio to the smallest N of the same command (corpus rows,
+``capture --ckpt base --task text``: to the smallest corpus). Real rows come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled,
+when it is absent). The corpus is made of those rows' premises joined into documents of 3-12 sentences.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,6 +77,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", default="64,512,2490", help="numbers of examples")
     ap.add_argument("--base", default="smollm2-135m")
+    ap.add_argument("--commands", default="capture,compare", help="comma-separated: capture, compare")
     ap.add_argument(
         "--corpus", default="", help="also capture corpora of these many documents (--task text), e.g. 200,2000"
     )
@@ -82,22 +85,30 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=8, help="examples (windows) per forward pass, every run")
     opts = ap.parse_args()
     sizes = [int(v) for v in opts.n.split(",") if v.strip()]
+    commands = [c.strip() for c in opts.commands.split(",") if c.strip()]
     corpora = [int(v) for v in opts.corpus.split(",") if v.strip()]
     batch = str(opts.batch_size)
-    print(f"capture on {opts.base}, batch {batch}, chunks of 32 examples, one process per row")
+    print(f"on {opts.base}: capture --ckpt instance / compare --ckpt base --ckpt instance --no-figures; batch {batch},")
+    print("chunks of 32 examples, one process per row")
     print(f"{'run':>22}  {'peak RSS MiB':>12}  {'x smallest':>10}  {'wall s':>8}  {'s/example':>9}")
     with tempfile.TemporaryDirectory(prefix="anchorlens-bench-memory-") as tmp:
         folder = Path(tmp)
-        first = None
+        first: dict[str, float] = {}
         for n in sizes:
             data = _data(folder, n)
-            out = folder / f"out-{n}"
-            rss, wall = _run(["capture", "--ckpt", "instance", "--base", opts.base, "--data", str(data),
-                              "--out", str(out), "--no-progress", "--batch-size", batch])  # fmt: skip
-            first = first or rss
-            print(
-                f"{f'RTE N={n:,}':>22}  {rss:>12,.0f}  {rss / first:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}", flush=True
-            )
+            for command in commands:
+                out = folder / f"out-{command}-{n}"
+                ckpts = ["--ckpt", "instance"] if command == "capture" else ["--ckpt", "base", "--ckpt", "instance"]
+                extra = ["--no-progress"] if command == "capture" else ["--no-figures"]
+                rss, wall = _run([command, *ckpts, "--base", opts.base, "--data", str(data), "--out", str(out),
+                                  "--batch-size", batch, *extra])  # fmt: skip
+                first.setdefault(command, rss)
+                label = f"{command} N={n:,}"
+                print(
+                    f"{label:>22}  {rss:>12,.0f}  {rss / first[command]:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}",
+                    flush=True,
+                )
+                shutil.rmtree(out, ignore_errors=True)
         smallest = None
         for docs in corpora:
             corpus = _corpus(folder, docs)

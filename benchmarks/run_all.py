@@ -17,6 +17,7 @@ BENCHMARKS = [
     "bench_distributed.py",
     "bench_compare.py",
     "bench_memory.py",
+    "bench_compare_memory.py",
 ]
 
 
@@ -27,7 +28,10 @@ def main() -> int:
         done = subprocess.run([sys.executable, str(HERE / name), *sys.argv[1:]])
         if done.returncode != 0:
             return done.returncode
-    return 0
+    gpu = "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"
+    smoke = [] if subprocess.run([sys.executable, "-c", gpu]).returncode == 0 else ["--smoke"]
+    print(f"\n=== bench_gpu.py {' '.join(smoke)} ===".rstrip(), flush=True)  # no GPU: the tiny-shape smoke run
+    return subprocess.run([sys.executable, str(HERE / "bench_gpu.py"), *smoke]).returncode
 
 
 if __name__ == "__main__":

@@ -61,3 +61,34 @@ def test_disabled_stage_counts_but_prints_nothing():
     with stage("x", total=3, stream=out, enabled=False, delay_s=0) as s:
         s.update(3)
     assert out.getvalue() == "" and s.count == 3
+
+
+def test_progress_line_gives_rate_eta_and_rows_written():
+    from anchorlens.progress import progress_line
+
+    line = progress_line("capture", 64, 2490, 20.0, rows=1_201_920)
+    assert line == "capture: 64/2490 ex (3.20 ex/s, ~12m38s left, 1,201,920 rows written)"
+    assert progress_line("capture", 2490, 2490, 100.0, rows=5) == "capture: 2490/2490 ex (24.90 ex/s, 5 rows written)"
+    assert progress_line("scan", 3, None, 2.0, unit="doc") == "scan: 3 doc (1.50 doc/s)"
+
+
+def test_resumed_items_count_as_done_but_not_in_the_rate():
+    from anchorlens.progress import progress_line
+
+    # 96 examples read back from a killed run's shards, 32 computed in 10 s: the ETA uses 3.2 ex/s
+    line = progress_line("capture", 128, 160, 10.0, resumed=96, rows=640)
+    assert line == "capture: 128/160 ex (3.20 ex/s, ~10s left, 96 resumed, 640 rows written)"
+    assert "time left unknown" in progress_line("capture", 96, 160, 1.0, resumed=96)
+
+
+def test_stage_keeps_the_rows_and_resumed_counts_for_its_line():
+    out = io.StringIO()
+    s = stage("capture", total=10, stream=out, delay_s=3600, every_s=3600)
+    s.update(4, rows=40, resumed=True)
+    s.update(2, rows=60)
+    s.update(1)  # rows unchanged
+    assert (s.count, s.resumed, s.rows) == (7, 4, 60)
+    assert re.fullmatch(r"capture: 7/10 ex \([\d.]+ ex/s, ~\S+ left, 4 resumed, 60 rows written\)", s.line(1.5))
+    assert s.line(1.5).startswith("capture: 7/10 ex (2.00 ex/s, ~1.5s left")
+    s.close()
+    assert out.getvalue() == ""  # never announced: quiet

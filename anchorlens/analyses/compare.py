@@ -9,6 +9,7 @@ import pandas as pd
 
 from anchorlens.analyses.frames import ROW_KEYS, per_head
 from anchorlens.analyses.headline import HEADLINE, HeadlineMetric
+from anchorlens.analyses.spill import CellSpill
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
     paired_array_stats,
@@ -60,6 +61,15 @@ def _factor(col: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return np.asarray(codes, dtype=np.int64), pd.Index(uniques)
 
 
+def _sorted(index: pd.Index) -> pd.Index:
+    """``index`` sorted (nulls last) when its values compare, else as it is: ``union`` of two equal indexes keeps
+    their order of appearance, so without this the order of cells and examples would depend on row order."""
+    try:
+        return index.sort_values(na_position="last")
+    except TypeError:
+        return index
+
+
 def _joint_codes(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]):
     """Codes of rows of a and b over ``columns`` in one sorted key space: (code_a, code_b, uniques per column).
 
@@ -70,7 +80,7 @@ def _joint_codes(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str]):
     uniques = []
     for c in columns:
         (ca, ua), (cb, ub) = _factor(a[c]), _factor(b[c])
-        union = ua.union(ub)
+        union = _sorted(ua.union(ub))
         code_a = code_a * len(union) + union.get_indexer(ua)[ca]
         code_b = code_b * len(union) + union.get_indexer(ub)[cb]
         uniques.append(union)
@@ -197,6 +207,75 @@ def compare_frames(
     return out[columns]
 
 
+def compare_spill(
+    spill: CellSpill,
+    baseline: str,
+    *,
+    n_boot: int = 2000,
+    n_perm: int = 10000,
+    ci: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+    family: Sequence[str] = (),
+) -> pd.DataFrame:
+    """:func:`compare_frames` of the sides of ``spill`` (its cells: the key columns), read one block of cells at a
+    time: the same rows, order and numbers as ``compare_frames`` of the frames the spill was fed, in memory bounded
+    by the spill's block whatever the number of examples."""
+    if baseline not in spill.sides:
+        raise KeyError(f"baseline {baseline!r} not among {spill.sides}")
+    cell = spill.cells.columns
+    parts = []
+    for name in spill.sides:
+        if name == baseline:
+            continue
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
+        for block in range(spill.n_blocks):
+            ids, a = spill.read(name, block)
+            _, b = spill.read(baseline, block)
+            diff = a - b
+            n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
+            ok = np.isfinite(diff)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
+                cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
+            for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
+                cols[k].append(v)
+        if not cols["id"]:
+            continue
+        got = {k: np.concatenate(v) for k, v in cols.items()}
+        keep = np.flatnonzero(got["n"] > 0)
+        keys = spill.cells.frame(got["id"][keep])
+        order = np.argsort(_joint_codes(keys, keys, cell)[0], kind="stable")  # compare_frames' cell order
+        keep = keep[order]
+        s = keys.iloc[order].reset_index(drop=True)
+        s = pd.DataFrame({c: np.asarray(pd.Index(s[c])) for c in cell})  # compare_frames' column types
+        s.insert(0, "checkpoint", name)
+        s.insert(1, "baseline", baseline)
+        s["n"] = got["n"][keep].astype(np.int64)
+        s["mean_baseline"], s["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
+        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = (
+            got["diff"][keep],
+            got["lo"][keep],
+            got["hi"][keep],
+            got["p"][keep],
+        )
+        parts.append(s)
+    columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
+    if not parts or all(p.empty for p in parts):
+        return pd.DataFrame(columns=columns)
+    out = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    out = _add_q_values(out, alpha, family)
+    return out[columns]
+
+
+def paired_cell(columns: Sequence[str]) -> list[str]:
+    """The cell columns :func:`compare_frames` pairs on for a frame with these columns (every tidy key but
+    example, in its order)."""
+    on = [c for c in ROW_KEYS if c in columns]
+    first = ("metric", "stack", "layer", "head", "query_role", "key_role")
+    return [c for c in first if c in on] + [c for c in on if c not in first and c != "example"]
+
+
 def headline_rows(df: pd.DataFrame, metric: HeadlineMetric) -> pd.DataFrame:
     """Rows of one headline metric: per-head rows, else its rows averaged over heads (head <NA>)."""
     sub = metric.rows(df)
@@ -213,25 +292,69 @@ def _fixed_reason(rows: pd.DataFrame) -> str:
     return str(reasons.iloc[0]) if len(reasons) else ""
 
 
+class HeadlineRows:
+    """Per-example headline values gathered chunk by chunk (a few numbers per example and checkpoint) and the
+    metrics the mask fixes: each example's value is its mean over layers and heads of the metric's finite rows."""
+
+    def __init__(self, metrics: Sequence[HeadlineMetric]) -> None:
+        self.metrics = list(metrics)
+        self._parts: list[pd.DataFrame] = []
+        self._reasons: dict[tuple[str, str], tuple[str, set[str]]] = {}
+        self._measured: set[tuple[str, str]] = set()
+        self._order: list[str] = []
+
+    def add(self, checkpoint: str, df: pd.DataFrame) -> None:
+        """Fold one checkpoint's rows of some examples (every row of each of those examples) in."""
+        if checkpoint not in self._order:
+            self._order.append(checkpoint)
+        df = df[df["metric"].isin({m.metric for m in self.metrics})]  # one pass over the chunk, then small frames
+        groups = df.groupby(["metric", "query_role", "key_role"], sort=False, observed=True).indices
+        for metric in self.metrics:
+            rows = groups.get((metric.metric, metric.query_role, metric.key_role))
+            if rows is None:
+                continue
+            sub = df.iloc[np.sort(rows)]
+            heads = per_head(sub)
+            sub = heads if len(heads) else sub  # headline_rows: per-head rows, else the head means
+            key = (metric.name, checkpoint)
+            reason = _fixed_reason(sub)
+            if reason:
+                self._reasons.setdefault(key, (reason, set()))[1].update(map(str, sub["stack"]))
+                continue
+            self._measured.add(key)
+            sub = sub[np.isfinite(sub["value"].to_numpy(dtype=np.float64))]
+            per = sub.groupby(["stack", "example"], sort=True, observed=True)["value"].mean().reset_index()
+            per["checkpoint"], per["name"] = checkpoint, metric.name
+            self._parts.append(per)
+
+    def result(self) -> tuple[pd.DataFrame, dict]:
+        """(per checkpoint, metric name, stack, example: the example's value, in that order; {(name, checkpoint):
+        (mask reason, stacks)} of the metrics fixed in every example)."""
+        cols = ["checkpoint", "name", "stack", "example", "value"]
+        fixed = {k: (r, sorted(st)) for k, (r, st) in self._reasons.items() if k not in self._measured}
+        if not self._parts:
+            return pd.DataFrame(columns=cols), fixed
+        per = pd.concat(self._parts, ignore_index=True)[cols]
+        rank_c = {c: i for i, c in enumerate(self._order)}
+        rank_m = {m.name: i for i, m in enumerate(self.metrics)}
+        order = np.lexsort(
+            (
+                per["example"].to_numpy(),
+                per["stack"].astype(str).to_numpy(),
+                per["name"].map(rank_m).to_numpy(),
+                per["checkpoint"].map(rank_c).to_numpy(),
+            )
+        )
+        return per.iloc[order].reset_index(drop=True), fixed
+
+
 def _per_example(frames: Mapping[str, pd.DataFrame], metrics: Sequence[HeadlineMetric]) -> tuple[pd.DataFrame, dict]:
     """(per checkpoint, metric name, stack, example: mean value over layers and heads of the finite
     rows; {(name, checkpoint): mask reason} of metrics fixed by the mask)."""
-    parts, fixed = [], {}
+    rows = HeadlineRows(metrics)
     for ckpt, df in frames.items():
-        for metric in metrics:
-            sub = headline_rows(df, metric)
-            if sub.empty:
-                continue
-            reason = _fixed_reason(sub)
-            if reason:
-                fixed[(metric.name, ckpt)] = (reason, sorted(set(sub["stack"])))
-                continue
-            sub = sub[np.isfinite(sub["value"].to_numpy(dtype=np.float64))]
-            per = sub.groupby(["stack", "example"], sort=True, observed=True)["value"].mean().reset_index()
-            per["checkpoint"], per["name"] = ckpt, metric.name
-            parts.append(per)
-    cols = ["checkpoint", "name", "stack", "example", "value"]
-    return (pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)), fixed
+        rows.add(ckpt, df)
+    return rows.result()
 
 
 def headline_table(
@@ -253,7 +376,26 @@ def headline_table(
     one row with NaN numbers and the reason in ``fixed``; measured rows have ``fixed == ""``.
     """
     per, fixed = _per_example(frames, metrics)
-    names = list(frames)
+    return headline_from_rows(
+        per, fixed, list(frames), metrics, n_boot=n_boot, n_perm=n_perm, ci=ci, alpha=alpha, seed=seed
+    )
+
+
+def headline_from_rows(
+    per: pd.DataFrame,
+    fixed: dict,
+    names: Sequence[str],
+    metrics: Sequence[HeadlineMetric] = HEADLINE,
+    *,
+    n_boot: int = 2000,
+    n_perm: int = 10000,
+    ci: float = 0.95,
+    alpha: float = 0.05,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """:func:`headline_table` from the per-example values of :meth:`HeadlineRows.result` (``names``: the
+    checkpoints, the first the paired baseline)."""
+    names = list(names)
     table = (
         summarize(per, ["name", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed)
         if len(per)

@@ -188,7 +188,7 @@ def _compare(
         if rt.is_main() and claim is not None:
             with stage("writing tables, figures and report.html"):
                 write_comparison(result, claim, **figures.writer_kwargs())
-            typer.echo(to_text(headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))))
+            typer.echo(to_text(headline_grid(result.headline, result.checkpoints, present_roles(result.means))))
             typer.echo(f"wrote {claim.path}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
         rt.barrier()
     finally:

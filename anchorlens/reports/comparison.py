@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from anchorlens.analyses import average_heads
 from anchorlens.analyses.frames import per_head
-from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS
+from anchorlens.analyses.headline import SINK_MASS
 from anchorlens.atomic import write_json
 from anchorlens.capture.maps_io import load_maps, save_maps
 from anchorlens.errors import UsageError
@@ -30,8 +30,8 @@ from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
+from anchorlens.workflows.compare_summaries import CURVES, figure_summaries
 
-CURVES = (SINK_MASS, GUIDANCE_MASS, STRUCTURAL_MASS, INPUT_ENTROPY)
 DECOMPOSITION_NOTE = (
     "Input queries' attention (special + structural + content; guidance queries excluded) is split "
     "into the sink (the first input token), guidance, structural, content and special keys, the "
@@ -39,12 +39,6 @@ DECOMPOSITION_NOTE = (
     "mass / the guidance share of visible positions (> 1: more than its share). Values the causal "
     "mask fixes are n/a, not findings."
 )
-
-
-def _curve_rows(metrics: pd.DataFrame) -> pd.DataFrame:
-    """Head-averaged rows of each curve's headline metric, the metric column set to its label."""
-    parts = [m.rows(metrics).assign(metric=m.label) for m in CURVES]
-    return average_heads(pd.concat(parts, ignore_index=True))  # checkpoint stays a grouping column
 
 
 def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
@@ -62,7 +56,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
             "layer_curves",
             "Per-layer means with 95% bootstrap CI over examples; the sink is each checkpoint's first input token",
             layer_curves(
-                _curve_rows(result.metrics),
+                result.curves,
                 [c.label for c in CURVES],
                 order=result.checkpoints,
                 anchors=anchor_tokens(result.maps),
@@ -72,7 +66,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
         (
             "heads_sink",
             "Attention of input queries to the sink by layer and head, one colour scale for every checkpoint",
-            head_grids(result.metrics, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role),
+            head_grids(result.means, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role),
         ),
     ]
     paired = per_head(result.paired)
@@ -88,7 +82,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
                 ),
             )
         )
-    flow = average_heads(result.metrics[result.metrics.metric == "role_flow"])
+    flow = result.means[(result.means.metric == "role_flow") & result.means["head"].isna()]
     flow = flow[flow.query_role != "all"]
     out.append(
         (
@@ -151,9 +145,12 @@ def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
     """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
-    grid = headline_grid(result.headline, result.checkpoints, present_roles(result.metrics))
+    grid = headline_grid(result.headline, result.checkpoints, present_roles(result.means))
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
-        write_metrics(result.metrics, tmp / "metrics")
+        if result.metrics_file is not None:  # on disk (streamed by compare, or read back): copied, never loaded
+            shutil.copyfile(result.metrics_file, tmp / result.metrics_file.name)
+        else:
+            write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
         save_maps(result.maps, tmp / "maps")
@@ -236,7 +233,6 @@ def load_comparison(run_dir: str | Path) -> Comparison:
             f"{run} is not an anchorlens compare run directory (missing {', '.join(missing) or 'metrics'})"
         )
     facts = json.loads((run / "facts.json").read_text())
-    df = pd.read_parquet(metrics) if metrics.suffix == ".parquet" else pd.read_csv(metrics, keep_default_na=False)
     read = lambda name: pd.read_csv(run / name, keep_default_na=False, na_values=[""])  # noqa: E731
     headline, paired = read("headline.csv"), read("paired.csv")
     for frame in (headline, paired):
@@ -244,4 +240,15 @@ def load_comparison(run_dir: str | Path) -> Comparison:
             if col in frame.columns:
                 frame[col] = frame[col].fillna("").astype(str)
     checkpoints = facts.pop("checkpoints")
-    return Comparison(checkpoints, None, df, headline, paired, load_maps(run / "maps"), facts)
+    means, curves = figure_summaries(metrics)
+    return Comparison(
+        checkpoints,
+        None,
+        headline,
+        paired,
+        load_maps(run / "maps"),
+        facts,
+        means=means,
+        curves=curves,
+        metrics_file=metrics,
+    )

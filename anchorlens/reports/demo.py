@@ -40,7 +40,7 @@ def guidance_of(result: Comparison) -> dict[str, str | None]:
 
     Read from the run's roles (:func:`~anchorlens.reports.tables.present_roles`).
     """
-    present = present_roles(result.metrics)
+    present = present_roles(result.means)
     return {name: next((g for g in GUIDANCE_NAMES if g in present.get(name, ())), None) for name in result.checkpoints}
 
 
@@ -53,7 +53,7 @@ def per_layer_table(result: Comparison) -> pd.DataFrame:
     guidance = guidance_of(result)
     columns = {}
     for name in result.checkpoints:
-        rows = result.metrics[result.metrics["checkpoint"] == name]
+        rows = result.means[result.means["checkpoint"] == name]
         for part, metric in DEMO_PARTS:
             series = per_head(metric.rows(rows)).groupby("layer")["value"].mean()
             if part == "anchor" and guidance[name] is None:
@@ -136,7 +136,7 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
     """Write the demo's report, figure and tables atomically into ``out`` (a path or the command's claim)."""
     findings = [finding(result, name) for name in result.checkpoints[1:]]
     with claimed(out, kind="demo", force=force) as claim, claim.atomic() as tmp:
-        fig = attention_budget(result.metrics, result.checkpoints)
+        fig = attention_budget(result.means, result.checkpoints)
         (png,) = save_figure(fig, tmp / Path(FIGURE).stem, formats=("png",), dpi=110)
         table.to_csv(tmp / "per_layer.csv")
         result.headline.to_csv(tmp / "headline.csv", index=False)
@@ -145,7 +145,7 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
         html = render_report(
             title,
             facts,
-            headline_grid(result.headline, result.checkpoints, present_roles(result.metrics)),
+            headline_grid(result.headline, result.checkpoints, present_roles(result.means)),
             [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())],
             [*findings, *fixed_notes(result.headline)],
             tables=[(PART_NOTE, _table_html(table))],

@@ -215,6 +215,22 @@ def all_gather_bytes(buf: torch.Tensor) -> list[torch.Tensor]:
     return [g[:n].cpu() for g, n in zip(gathered, counts)]
 
 
+def check_same_on_every_rank(value: str, what: str, fix: str) -> None:
+    """Raise one UsageError line on every rank when ranks hold different ``value``s (e.g. launched with different
+    arguments): the line names ``what`` differs, which ranks hold which value and the ``fix``. A no-op in a single
+    process."""
+    if not initialized() or dist.get_world_size() == 1:
+        return
+    mine = torch.frombuffer(bytearray(value.encode()), dtype=torch.uint8)
+    every = [bytes(t.numpy().tobytes()).decode() for t in all_gather_bytes(mine)]
+    if len(set(every)) > 1:
+        groups: dict[str, list[int]] = {}
+        for rank, v in enumerate(every):
+            groups.setdefault(v, []).append(rank)
+        held = "; ".join(f"rank {', '.join(map(str, r))}: {v}" for v, r in groups.items())
+        raise UsageError(f"ranks differ in {what} ({held}); {fix}")
+
+
 def merged_states(reducers: Sequence[Reducer], states: Sequence[Sequence[dict]]) -> list[dict]:
     """Merge per-rank states (rank order) of each reducer into one state per reducer."""
     out = []

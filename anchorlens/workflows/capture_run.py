@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
+from anchorlens.progress import stage
 from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, manifest, run_state
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, concat_shards, run_chunks
@@ -122,13 +122,6 @@ def run_identity(
     return key, facts
 
 
-def _progress_bar(total: int, enabled: bool):
-    """A tqdm bar on stderr (disabled off rank 0 or when not wanted)."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, unit="ex", desc="capture", file=sys.stderr, disable=not enabled)
-
-
 def _finish(claim: OutClaim, chunks: Sequence, facts: dict, base, progress: Progress) -> None:
     """Rank 0: stream the chunks' rows into metrics.parquet, then write manifest.json (the commit marker), then
     drop .progress."""
@@ -209,6 +202,11 @@ def run_capture(
             dtype=dtype,
             seed=seed,
         )
+        rt.check_same_on_every_rank(
+            f"run key {key}, --out {out.resolve()}",
+            "their run (the arguments that change the result, or --out)",
+            "launch every rank with the same command",
+        )
         exactness = certify_capture(
             model, rows, prompts, selection=selection, max_length=max_length, options=certificate, label=ckpt
         )
@@ -238,13 +236,12 @@ def run_capture(
             stream_statistics(model, batches, reducers, selection)
             return metrics_frame(reducers, anchors=anchors)
 
-        bar = _progress_bar(sum(len(ids) for _, ids in mine), progress and rt.is_main())
+        bar = stage("capture", sum(len(ids) for _, ids in mine), enabled=progress and rt.is_main())
         written = [0]
 
-        def advance(n: int, _resumed: bool, new_rows: int) -> None:
+        def advance(n: int, resumed: bool, new_rows: int) -> None:
             written[0] += new_rows
-            bar.update(n)
-            bar.set_postfix(rows=f"{written[0]:,}", refresh=False)
+            bar.update(n, rows=written[0], resumed=resumed)
 
         with bar:
             rt.agree(lambda: run_chunks(mine, compute, store, advance, on_chunk_saved))

@@ -9,8 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from anchorlens.analyses import average_heads, compare_frames, headline_table
-from anchorlens.analyses.frames import concat_frames
+from anchorlens.analyses.frames import conform
 from anchorlens.analyses.headline import anchor_metrics, run_headline
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
@@ -19,26 +18,53 @@ from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.models.loading import load_base
+from anchorlens.progress import stage
+from anchorlens.runtime import distributed as rt
+from anchorlens.runtime.shards import chunk_indices
 from anchorlens.tasks.prompts import PromptOptions
+from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
-from anchorlens.workflows.statistics import capture_statistics, certify_capture
-
-# metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
-PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
+from anchorlens.workflows.statistics import capture_statistics, certify_capture, chunk_statistics
 
 
 @dataclass
 class Comparison:
-    """Everything ``compare`` measured; reports and figures are built from it."""
+    """Everything ``compare`` measured; reports and figures are built from it.
+
+    The per-example rows live on disk (``metrics_file``, the run's ``metrics.parquet``); :attr:`metrics` reads
+    them on first use. Reports and figures read only the bounded summaries: ``means`` (every cell's mean over
+    examples, per checkpoint) and ``curves`` (the layer curves' means with bootstrap CIs over examples).
+    """
 
     checkpoints: list[str]
     inputs: Inputs | None  # None for a comparison read back from its run directory
-    metrics: pd.DataFrame
     headline: pd.DataFrame
     paired: pd.DataFrame
-    maps: dict[str, AttentionMaps]
+    maps: dict[str, AttentionMaps] = field(default_factory=dict)
     facts: dict = field(default_factory=dict)
+    means: pd.DataFrame = field(default_factory=pd.DataFrame)
+    curves: pd.DataFrame = field(default_factory=pd.DataFrame)
+    metrics_file: Path | None = None
+    frame: pd.DataFrame | None = field(default=None, repr=False)
+    scratch: Any = field(default=None, repr=False)  # keeps a temporary metrics_file alive with the comparison
+
+    @property
+    def metrics(self) -> pd.DataFrame:
+        """Every per-example metric row with its ``checkpoint`` (read from ``metrics_file`` on first use: at
+        dataset scale this is the one large object; reports never need it)."""
+        if self.frame is None:
+            if self.metrics_file is None:
+                raise ValueError("this comparison holds no per-example rows")
+            self.frame = read_metrics(self.metrics_file)
+        return self.frame
+
+
+def read_metrics(path: Path) -> pd.DataFrame:
+    """A compare run's metrics file (parquet or csv) as a tidy frame."""
+    if path.suffix == ".parquet":
+        return conform(pd.read_parquet(path))
+    return conform(pd.read_csv(path, keep_default_na=False, na_values={"value": [""], "count": [""], "head": [""]}))
 
 
 def checkpoint_names(specs: Sequence[str]) -> list[str]:
@@ -81,13 +107,16 @@ def compare(
     prompt: PromptOptions | None = None,
     max_length: int | None = None,
     certificate: CertifyOptions = CertifyOptions(),
+    chunk_size: int = 32,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
     ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``);
     ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot) of the inputs;
-    ``max_length``: a text task's window (and every input's truncation); ``certificate``: each checkpoint's capture
-    is checked against eager on the first examples first (``facts["exactness"]``), an inexact one refused.
+    ``max_length``: a text task's window (and every input's truncation); ``chunk_size``: examples per chunk (memory
+    holds one chunk's rows; every per-example row goes to disk as its chunk finishes); ``certificate``: each
+    checkpoint's capture is checked against eager on the first examples first (``facts["exactness"]``), an inexact
+    one refused.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -118,31 +147,20 @@ def compare(
         )
         for name, model in models.items()
     }
-    frames, maps, params = {}, {}, {}
+    names = list(models)
+    anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
+    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
+    summaries = Summaries(len(rows), added + tuple(m for a in anchors for m in anchor_metrics(a)))
+    maps, params = {}, {}
     for name, model in models.items():
-        bar = _progress(progress, len(rows), name)
-        df = capture_statistics(
-            model,
-            inputs,
-            selection=selection,
-            batch_size=batch_size,
-            max_length=max_length,
-            progress=bar,
-            prompts=prompts,
-        )
-        if bar is not None:
-            bar.close()
-        frames[name] = df
+        with stage(f"capture {name}", len(rows), enabled=progress) as bar:
+            for df in _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
+                summaries.add(name, df)
+                bar.update(0, rows=summaries.writer.rows)
         one = [rows[map_example]]
         batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
-    names = list(models)
-    metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
-    anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
-    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
-    headline = headline_table(frames, added + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
-    paired = _paired(frames, names[0], n_boot)
     facts = {
         "base": shared.spec,
         "base_fingerprint": shared.fingerprint(),
@@ -162,16 +180,23 @@ def compare(
     other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
     if other:
         facts["other_base"] = other
-    return Comparison(names, inputs, metrics, headline, paired, maps, facts)
+    return Comparison(names, inputs, maps=maps, facts=facts, **summaries.result(names, n_boot))
 
 
-def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.DataFrame:
-    """Per layer/head paired differences vs the baseline for the comparable metrics (BH per checkpoint)."""
-    keep = {name: df[df["metric"].isin(PAIRED_METRICS)] for name, df in frames.items()}
-    per_head = compare_frames(keep, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
-    means = {name: average_heads(df) for name, df in keep.items()}
-    layer_mean = compare_frames(means, baseline, n_boot=n_boot, n_perm=2000, family=["checkpoint", "metric"])
-    return pd.concat([per_head, layer_mean], ignore_index=True)
+def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
+    """Each chunk's metric rows of ``model`` (memory holds one chunk). Under torchrun, one frame of every example:
+    the ranks share the examples and all-reduce their reducer states in memory (``capture`` is the dataset-scale
+    path under torchrun: per-rank shards on disk)."""
+    if rt.initialized() and rt.dist_info().world_size > 1:
+        yield capture_statistics(
+            model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
+            prompts=prompts,
+        )  # fmt: skip
+        return
+    for ids in chunk_indices(len(rows), chunk_size):
+        yield chunk_statistics(
+            model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar
+        )
 
 
 def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, batch_size: int) -> None:
@@ -180,12 +205,3 @@ def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, bat
         return
     for batch in encode_batches(model, rows, prompts, batch_size=batch_size):
         model.plan(batch)
-
-
-def _progress(enabled: bool, total: int, name: str):
-    """A tqdm bar on stderr, or None."""
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=f"capture {name}", unit="ex", leave=False, disable=None)  # None: off when not a TTY

@@ -35,21 +35,43 @@ def capture_statistics(
     entropy_anchor = model.entropy_anchor() or "capsule"
     prompts = prompts or inputs.prompts(model.base.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
-    reducers = default_reducers(entropy_anchor, roles=prompts.roles)
     info = rt.dist_info()
     ids = list(range(len(rows)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
         ids = rt.shard(ids, info.rank, info.world_size)
-    batches = encode_batches(
-        model,
-        [rows[i] for i in ids],
-        prompts,
-        batch_size=batch_size,
-        example_ids=ids,
-        max_length=max_length,
+    reducers = default_reducers(entropy_anchor, roles=prompts.roles)
+    stream_statistics(
+        model, _batches(model, rows, ids, prompts, batch_size, max_length), reducers, selection, progress=progress
     )
-    stream_statistics(model, batches, reducers, selection, progress=progress)
     rt.all_reduce_reducers(reducers)
+    return metrics_frame(reducers, anchors=anchors)
+
+
+def _batches(model, rows: Sequence, ids: Sequence[int], prompts: Prompts, batch_size: int, max_length: int | None):
+    """Encoded batches of ``rows[ids]`` (example ids kept)."""
+    return encode_batches(
+        model, [rows[i] for i in ids], prompts, batch_size=batch_size, example_ids=list(ids), max_length=max_length
+    )
+
+
+def chunk_statistics(
+    model,
+    rows: Sequence,
+    ids: Sequence[int],
+    prompts: Prompts,
+    *,
+    selection: Selection = Selection(),
+    batch_size: int = 8,
+    max_length: int | None = None,
+    anchors: Sequence[str] | None = None,
+    progress=None,
+) -> pd.DataFrame:
+    """Per-example metric rows of the examples ``rows[ids]`` (one chunk of a run: fresh reducers, so memory holds
+    this chunk only); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``."""
+    anchors = tuple(anchors or model.anchors())
+    reducers = default_reducers(model.entropy_anchor() or "capsule", roles=prompts.roles)
+    batches = _batches(model, rows, ids, prompts, batch_size, max_length)
+    stream_statistics(model, batches, reducers, selection, progress=progress)
     return metrics_frame(reducers, anchors=anchors)
 
 
@@ -71,16 +93,7 @@ def certify_capture(
     if not options.enabled or not rows:
         return None
     count = min(options.examples, len(rows))
-    batch = next(
-        encode_batches(
-            model,
-            [rows[i] for i in range(count)],
-            prompts,
-            batch_size=count,
-            example_ids=range(count),
-            max_length=max_length,
-        )
-    )
+    batch = next(_batches(model, rows, range(count), prompts, count, max_length))
     certificate = certify(model, batch, selection)
     require_exact(certificate, label, options.allow_inexact)
     return certificate.to_json()
