@@ -17,6 +17,7 @@ from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
+from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.loading import load_base
 from anchorlens.tasks.prompts import PromptOptions
@@ -38,6 +39,8 @@ class Comparison:
     paired: pd.DataFrame
     maps: dict[str, AttentionMaps]
     facts: dict = field(default_factory=dict)
+    effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # task effects table (see effects_table)
+    effect_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # per example: checkpoint, example, metric, value
 
 
 def checkpoint_names(specs: Sequence[str]) -> list[str]:
@@ -100,6 +103,7 @@ def compare(
     }
     for model in models.values():
         check_selection(model, selection)
+        model.check_roles(prompts.roles)
         validate_positions(model, rows, prompts, batch_size)
     frames, maps, params = {}, {}, {}
     for name, model in models.items():
@@ -121,6 +125,8 @@ def compare(
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
     names = list(models)
+    effect_rows = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
     metrics = concat_frames([df.assign(checkpoint=name) for name, df in frames.items()])
     anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
     headline = headline_table(frames, HEADLINE + tuple(m for a in anchors for m in anchor_metrics(a)), n_boot=n_boot)
@@ -141,7 +147,7 @@ def compare(
     other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
     if other:
         facts["other_base"] = other
-    return Comparison(names, inputs, metrics, headline, paired, maps, facts)
+    return Comparison(names, inputs, metrics, headline, paired, maps, facts, effects, effect_rows)
 
 
 def _paired(frames: dict[str, pd.DataFrame], baseline: str, n_boot: int) -> pd.DataFrame:
