@@ -113,3 +113,17 @@ def test_text_effects_nll_is_the_language_model_loss(two_models, tmp_path):
         assert float(mine.iloc[0]) == pytest.approx(float(loss), rel=1e-5)
     kl = rows[(rows.checkpoint == "instance") & (rows.metric == "kl")]["value"]
     assert (kl > 0).all() and all(math.isfinite(v) for v in kl)
+
+
+def test_evaluate_reports_the_label_nll_that_compare_reports(two_models):
+    from anchorlens.evaluation import task_metrics
+
+    base, models = two_models
+    task = get_task("rte")
+    examples = list(bundled_examples("rte", limit=4))
+    preds = predict(models["instance"], examples, task, batch_size=2, max_length=None)
+    metrics = task_metrics(preds, task, n_boot=200)
+    rows = example_effects(models, examples, task, task.template, batch_size=4, max_length=None)
+    nll = rows[(rows.checkpoint == "instance") & (rows.metric == "nll")]["value"].mean()
+    assert metrics["label_nll"] == pytest.approx(nll, rel=1e-5)
+    assert metrics["label_nll_ci95"][0] <= metrics["label_nll"] <= metrics["label_nll_ci95"][1]
