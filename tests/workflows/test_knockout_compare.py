@@ -52,3 +52,24 @@ def test_compare_writes_task_effects_and_a_full_instance_knockout_is_the_base(ti
     assert table.loc[("kl", knocked), "mean"] < 1e-5
     assert table.loc[("nll", knocked), "mean"] == pytest.approx(table.loc[("nll", "base"), "mean"], abs=1e-4)
     assert table.loc[("kl", "instance"), "mean"] > 1e-4
+
+
+@pytest.mark.slow  # tiny-llama scorings of three models
+def test_sweep_knockout_windows_and_the_full_window_is_the_base(tiny_base):
+    from anchorlens.evaluation.effects import effects_table, example_effects
+    from anchorlens.methods import load_guided
+    from anchorlens.tasks import bundled_examples, get_task
+    from anchorlens.workflows.sweeps import sweep_knockout
+
+    base = tiny_base("tiny-llama")
+    halves = sweep_knockout("instance", "instance", window=3, base=base, n=4, n_boot=200)
+    assert list(halves["layers"]) == ["0-2", "3-3"] and list(halves["layer"]) == [0, 3]
+    assert halves["spec"].iloc[0] == "instance+knockout:keys=instance,layers=0-2,mode=renorm"
+    whole = sweep_knockout("instance", "instance", window=4, base=base, n=4, n_boot=200)
+    # every layer knocked out is the base (RoPE is relative): the sweep's ΔNLL is base − instance
+    task = get_task("rte")
+    models = {"instance": load_guided("instance", base), "base": load_guided("base", base)}
+    rows = example_effects(models, list(bundled_examples("rte", limit=4)), task, task.template, max_length=None)
+    direct = effects_table(rows, ["instance", "base"], n_boot=200).set_index(["metric", "checkpoint"])
+    assert whole["d_nll"].iloc[0] == pytest.approx(direct.loc[("nll", "base"), "diff"], abs=1e-4)
+    assert whole["kl"].iloc[0] == pytest.approx(direct.loc[("kl", "base"), "mean"], rel=1e-3, abs=1e-6)
