@@ -221,13 +221,13 @@ def chunk_probs(
         probs = torch.softmax(scores, dim=-1)
     if vis.empty is not None:
         probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
-    if before is not None:
-        probs.masked_fill_(top <= _NEG, 0.0)  # every key this query saw is knocked out: a zero row
+    if before is not None:  # every key a query saw is knocked out: a zero row (out of place: autograd needs probs)
+        probs = probs.masked_fill(top <= _NEG, 0.0)
     # the top key has the largest logit and probability: p_top = exp(top - log Z), so log Z = top - log p_top
     log_norm = probs.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_().add_(top)
     after = None if edit is None else KnockoutEdit.chunk(edit.after, start, stop, k_len)
     if after is not None:
-        probs.masked_fill_(after, 0.0)
+        probs = probs.masked_fill(after, 0.0)
     return probs, scores, log_norm, vis
 
 

@@ -11,7 +11,8 @@ asks :func:`current_edit` which (query, key) weights to remove at the module it 
 - ``value``: the keys' values are zeroed for the selected queries and heads (the weights stay as they were, so
   a capture still reports them; the keys contribute nothing to the output).
 
-``mode=mean`` (the key's hidden state replaced by a dataset mean from a first pass) is not available yet.
+``zero`` and ``value`` give the same outputs (a key whose value is zero adds nothing, exactly as a key whose weight
+is zero); they differ in the weights a capture reports. ``mode=mean`` (the key's hidden state replaced by a dataset mean from a first pass) is not available yet.
 Which keys: a role of the run (``instance``, ``capsule``, ``structural``, a task's own roles), ``first`` (each
 example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative counts from the end).
 """
@@ -19,6 +20,7 @@ example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative c
 from __future__ import annotations
 
 import contextvars
+import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -307,9 +309,13 @@ def register_attention_installer(install: Callable[[nn.Module], Any]) -> None:
 
 
 def install_attention(model: nn.Module) -> None:
-    """Switch ``model`` to the attention function that applies knockouts (RuntimeError when none is registered)."""
+    """Switch ``model`` to the attention function that applies knockouts.
+
+    The function lives downstream (``anchorlens.capture.attention_fn``) and registers its installer when imported;
+    a GuidedModel used without any capture import loads it here by name, the one runtime lookup of this module.
+    """
     if not _INSTALLERS:
-        raise RuntimeError("knockouts need anchorlens's attention function: import anchorlens.capture first")
+        importlib.import_module("anchorlens.capture.attention_fn")
     _INSTALLERS[-1](model)
 
 
