@@ -140,7 +140,8 @@ def effects_note(result: Comparison) -> str:
         f"Task effects ({where}): {what}, per checkpoint; mean over examples with 95% bootstrap CI; Δ = paired "
         f"difference to {base} (for KL, KL({base} ‖ checkpoint) itself) with its paired bootstrap CI; p from "
         "McNemar's exact test (accuracy) or a sign-flip test (NLL, KL), q Benjamini-Hochberg across the table. "
-        "Per-example values: effects.parquet."
+        "KL is never negative, so its test only says it is not exactly 0 (two attention paths that agree to float "
+        "rounding give KL ~1e-7 and a small q): read its size. Per-example values: effects.parquet."
     )
 
 
