@@ -152,6 +152,9 @@ def evaluate(
     m = result.metrics
     lo, hi = m["accuracy_ci95"]
     extra = "  ".join(f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m)
+    if "label_nll" in m:
+        nll_lo, nll_hi = m["label_nll_ci95"]
+        extra = f"label NLL {m['label_nll']:.3f} [{nll_lo:.3f}, {nll_hi:.3f}]  {extra}"
     typer.echo(
         f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
         f"(n={m['num_examples']}) {extra}".rstrip()
