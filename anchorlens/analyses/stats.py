@@ -10,6 +10,7 @@ dropped before anything is computed.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -274,3 +275,19 @@ def benjamini_hochberg(pvalues, alpha: float = 0.05) -> tuple[np.ndarray, np.nda
     rejected = np.zeros(p.shape, dtype=bool)
     rejected[ok] = adjusted[ok] <= alpha
     return rejected, adjusted
+
+
+def mcnemar_test(correct_a, correct_b) -> float:
+    """Two-sided exact McNemar p-value for paired binary outcomes [n] (NaN pairs dropped): a binomial test of the
+    discordant pairs (a right, b wrong vs a wrong, b right) at 1/2; 1.0 when no pair is discordant."""
+    a = np.asarray(correct_a, dtype=np.float64).ravel()
+    b = np.asarray(correct_b, dtype=np.float64).ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    right_a, right_b = a[ok] > 0.5, b[ok] > 0.5
+    only_a, only_b = int((right_a & ~right_b).sum()), int((~right_a & right_b).sum())
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    k = min(only_a, only_b)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
+    return float(min(1.0, 2.0 * tail))

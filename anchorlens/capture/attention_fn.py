@@ -37,6 +37,7 @@ from anchorlens.capture import session as _session
 from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 from anchorlens.capture.selection import Site
 from anchorlens.capture.value_norms import value_norms
+from anchorlens.methods.knockout import KnockoutEdit, current_edit, register_attention_installer
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
@@ -157,6 +158,7 @@ def chunk_probs(
     heads: torch.Tensor | None,
     vis: Visibility | None = None,
     buffers: tuple[torch.Tensor, torch.Tensor] | None = None,
+    edit: KnockoutEdit | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Visibility]:
     """Probabilities and logits [B, H_sel, q, K], log normaliser [B, H_sel, q, 1] (float32), visibility.
 
@@ -165,7 +167,9 @@ def chunk_probs(
     log p = logits - log_norm wherever p > 0: no logarithm over [q, K].
     ``buffers``: optional (logits, probs) flat float32 tensors of at least B·H_sel·q·K elements each that
     receive the two [q, K] results (reusing them across layers saves two large allocations, and their
-    page faults, per call; never with autograd).
+    page faults, per call; never with autograd). ``edit``: a knockout's weights to remove (all heads only):
+    ``before`` is masked before the softmax (queries left with no key get zero rows), ``after`` zeroed after it
+    (``log_norm`` stays the softmax's).
     """
     vis = vis if vis is not None else Visibility.of(call, start, stop)
     query = call.query[:, :, start:stop]
@@ -203,6 +207,9 @@ def chunk_probs(
         scores.masked_fill_(vis.hidden, _NEG)  # hidden logits exactly _NEG, never -inf
     else:
         scores.add_(vis.bias)  # finite logits + _NEG stay finite (no -inf, so p * logits is never NaN)
+    before = None if edit is None else KnockoutEdit.chunk(edit.before, start, stop, k_len)
+    if before is not None:
+        scores.masked_fill_(before, _NEG)
     top = scores.amax(dim=-1, keepdim=True)  # values only: several times cheaper than max() with indices
     if sinks is not None:
         logits = torch.cat([scores, sinks.float().view(1, -1, 1, 1).expand(b, h, q, 1)], dim=-1)
@@ -215,8 +222,13 @@ def chunk_probs(
         probs = torch.softmax(scores, dim=-1)
     if vis.empty is not None:
         probs.masked_fill_(vis.empty, 0.0)  # queries that see no key: zero rows, not uniform
+    if before is not None:  # every key a query saw is knocked out: a zero row (out of place: autograd needs probs)
+        probs = probs.masked_fill(top <= _NEG, 0.0)
     # the top key has the largest logit and probability: p_top = exp(top - log Z), so log Z = top - log p_top
     log_norm = probs.amax(dim=-1, keepdim=True).clamp_min_(torch.finfo(torch.float32).tiny).log_().neg_().add_(top)
+    after = None if edit is None else KnockoutEdit.chunk(edit.after, start, stop, k_len)
+    if after is not None:
+        probs = probs.masked_fill(after, 0.0)
     return probs, scores, log_norm, vis
 
 
@@ -359,9 +371,10 @@ def anchorlens_attention_forward(
     active = _session.current()
     site = None if active is None else active.site_of(module)
     heads = None if active is None or site is None else active.heads_tensor(query.device)
+    edit = current_edit(module, query, key)  # a knockout acting here: eager math over all heads
     # fast mode computes the output from the probabilities when they cover all heads anyway
     fast = site is not None and active is not None and active.options.mode == "fast" and heads is None
-    eager = call.needs_eager_output or fast
+    eager = call.needs_eager_output or fast or edit is not None
     if not eager:
         output = _sdpa_output(module, call, dropout, is_causal, kwargs)
         if site is None or active is None:
@@ -383,7 +396,7 @@ def anchorlens_attention_forward(
             )
         # fast mode: the key columns the sink wants summed ride along in the output's product
         fused = None
-        if fast and active is not None and site is not None:
+        if fast and active is not None and site is not None and edit is None:
             fused = _fused_columns(active, site, call, dropout, module.training)
         norms = None  # ||v_j W_O^h|| per head and key, once per call, when the sink reads them
         if site is not None and active is not None and active.wants_value_norms:
@@ -392,13 +405,15 @@ def anchorlens_attention_forward(
         for start in range(0, call.query.shape[2], rows):
             stop = min(start + rows, call.query.shape[2])
             vis = None if active is None else _shared_visibility(active, call, start, stop)
-            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffers)
+            probs, scores, log_norm, vis = chunk_probs(call, start, stop, None if eager else heads, vis, buffers, edit)
             key_sums = None
+            removed = None if edit is None else KnockoutEdit.chunk(edit.value, start, stop, probs.shape[-1])
             if fused is not None:
                 output_part, key_sums = fused.output_and_sums(probs, call.value.shape[-1])
                 parts.append(output_part)
             elif eager:
-                parts.append(output_from_probs(call, probs, dropout, module.training))
+                weights = probs if removed is None else probs.masked_fill(removed, 0.0)  # the keys' values zeroed
+                parts.append(output_from_probs(call, weights, dropout, module.training))
             if site is not None and active is not None:
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
@@ -438,3 +453,6 @@ def install(model: torch.nn.Module) -> None:
     register()
     if getattr(model.config, "_attn_implementation", None) != ATTN_IMPLEMENTATION:
         model.set_attn_implementation(ATTN_IMPLEMENTATION)  # type: ignore[operator]
+
+
+register_attention_installer(install)  # knockouts (anchorlens.methods.knockout) act through this function

@@ -18,6 +18,7 @@ app = typer.Typer(
 )
 
 sweep_app = typer.Typer(
-    rich_markup_mode=None, help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length."
+    rich_markup_mode=None,
+    help="Reproduce the paper's sweeps: instance tokens (count x position) and prompt length; knockouts by layer.",
 )
 app.add_typer(sweep_app, name="sweep")

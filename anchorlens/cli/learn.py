@@ -152,6 +152,9 @@ def evaluate(
     m = result.metrics
     lo, hi = m["accuracy_ci95"]
     extra = "  ".join(f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m)
+    if "label_nll" in m:
+        nll_lo, nll_hi = m["label_nll_ci95"]
+        extra = f"label NLL {m['label_nll']:.3f} [{nll_lo:.3f}, {nll_hi:.3f}]  {extra}"
     typer.echo(
         f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
         f"(n={m['num_examples']}) {extra}".rstrip()
@@ -219,6 +222,66 @@ def sweep_instance_cmd(
                 by="position",
                 facts=facts,
                 extra_metrics=("anchor_mass", "anchor_structural", "sink_mass"),
+                **figures.writer_kwargs(),
+            )
+    typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"wrote {output.out}/", err=True)
+
+
+@sweep_app.command("knockout")
+@cli_command
+def sweep_knockout_cmd(
+    model: OwnBaseModelOptions,
+    data: TruncatedDataOptions,
+    batch: BatchOptions,
+    ckpt: Annotated[
+        str, typer.Option("--ckpt", help="The model whose anchor is knocked out, e.g. instance or runs/capsule/final.")
+    ],
+    keys: Annotated[
+        str, typer.Option("--keys", help="Keys knocked out: a role (instance, capsule, ...), first or pos=N.")
+    ] = "instance",
+    window: Annotated[
+        int, typer.Option("--window", parser=at_least(1), metavar="LAYERS", help="Layers knocked out together.")
+    ] = 1,
+    mode: Annotated[str, typer.Option("--mode", help="renorm, zero or value (see the knockout spec).")] = "renorm",
+    output: OutputOptions = OutputOptions(Path("anchorlens-sweep-knockout")),
+    figures: FigureOptions = FigureOptions(),
+) -> None:
+    """Knock the anchor's keys out one layer (or --window layers) at a time: ΔNLL and Δaccuracy per layer with CIs."""
+    claim = output.claim("sweep-knockout")
+    assert claim is not None  # sweeps are never run under torchrun
+    with claim:
+        data.read()
+        from anchorlens.reports.sweeps import write_sweep
+        from anchorlens.workflows.sweeps import sweep_knockout
+
+        base = model.load_or_own()
+        with stage(f"knocking {keys} out of {ckpt}, {window} layer(s) at a time"):
+            table = sweep_knockout(
+                ckpt,
+                keys,
+                data.task,
+                data.data,
+                window=window,
+                mode=mode,
+                base=base,
+                n=data.n,
+                batch_size=batch.size(model.device),
+                max_length=_max_length(data),
+                **data.input_kwargs(),
+            )
+        facts = {"spec": ckpt, "keys": keys, "mode": mode, "window": window, "task": data.task}
+        facts.update(data=str(data.data or "bundled"), examples=int(table["n"].iloc[0]))
+        with stage("writing tables and figures"):
+            write_sweep(
+                table,
+                claim,
+                kind="knockout",
+                x="layer",
+                by=None,
+                facts=facts,
+                curves=(("d_nll", "d_nll_lo", "d_nll_hi"), ("d_accuracy", "d_accuracy_lo", "d_accuracy_hi")),
+                extra_metrics=("kl",),
                 **figures.writer_kwargs(),
             )
     typer.echo(table.drop(columns=["spec"]).to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -168,7 +168,7 @@ def _compare(
 ) -> None:
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
-    from anchorlens.reports.comparison import write_comparison
+    from anchorlens.reports.comparison import effects_grid, write_comparison
     from anchorlens.reports.tables import headline_grid, present_roles, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
@@ -189,7 +189,12 @@ def _compare(
             with stage("writing tables, figures and report.html"):
                 write_comparison(result, claim, **figures.writer_kwargs())
             typer.echo(to_text(headline_grid(result.headline, result.checkpoints, present_roles(result.means))))
-            typer.echo(f"wrote {claim.path}/ (metrics.parquet, summary.md, figures/, report.html)", err=True)
+            effects = effects_grid(result)
+            if not effects.empty:
+                typer.echo(to_text(effects))
+            typer.echo(
+                f"wrote {claim.path}/ (metrics.parquet, effects.parquet, summary.md, figures/, report.html)", err=True
+            )
         rt.barrier()
     finally:
         rt.shutdown(started)

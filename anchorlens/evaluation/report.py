@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from anchorlens.analyses.stats import bootstrap_ci
 from anchorlens.evaluation.metrics import accuracy, exact_match, f1a, macro_f1
+from anchorlens.evaluation.predict import score_column
 from anchorlens.tasks import Task, get_task
 
 
@@ -16,6 +18,10 @@ def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 2
     labels, preds = [_py(v) for v in rows["label"]], [_py(v) for v in rows["pred"]]
     _, low, high = bootstrap_ci(rows["correct"].astype(float).to_numpy(), n_boot=n_boot, seed=seed)
     out: dict = {"n": len(rows), "accuracy": accuracy(labels, preds), "accuracy_ci95": [low, high]}
+    nll = _label_nll(rows)
+    if nll is not None:  # -log p(gold verbalizer) at the answer, as compare's task effects report it
+        out["label_nll"], low, high = bootstrap_ci(nll, n_boot=n_boot, seed=seed)
+        out["label_nll_ci95"] = [low, high]
     if "macro_f1" in task.metrics:
         out["macro_f1"] = macro_f1(labels, preds)
     if "f1a" in task.metrics:
@@ -23,6 +29,14 @@ def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 2
     if "em" in task.metrics:
         out["em"] = exact_match(labels, preds, _groups(rows, task))
     return out
+
+
+def _label_nll(rows: pd.DataFrame) -> np.ndarray | None:
+    """[n] -score of each row's gold label (its ``score_<label>`` column); None when the scores are absent."""
+    columns = [score_column(label) for label in rows["label"]]
+    if not columns or any(c not in rows for c in columns):
+        return None
+    return -np.array([rows[c].iloc[i] for i, c in enumerate(columns)], dtype=np.float64)
 
 
 def _py(value):

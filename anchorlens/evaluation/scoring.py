@@ -9,11 +9,15 @@ from anchorlens.evaluation.model import Scorable
 from anchorlens.evaluation.verbalizers import Verbalizers
 
 
+def answer_log_probs(logits: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
+    """[B, V] float32 log-probabilities of the next token from logits [B, T, V] at answer_pos [B]."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    return torch.log_softmax(logits[rows, answer_pos.to(logits.device)].float(), dim=-1)
+
+
 def decoder_scores(logits: torch.Tensor, answer_pos: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
     """[B, L] log p(choice_l | input) from logits [B, T, V] at answer_pos [B]; choice: [L] token ids."""
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    last = logits[rows, answer_pos.to(logits.device)].float()  # [B, V]
-    return torch.log_softmax(last, dim=-1)[:, choice.to(logits.device)]
+    return answer_log_probs(logits, answer_pos)[:, choice.to(logits.device)]
 
 
 def seq2seq_scores(logits: torch.Tensor, gold: torch.Tensor, weight: torch.Tensor, num_labels: int) -> torch.Tensor:
@@ -26,10 +30,19 @@ def seq2seq_scores(logits: torch.Tensor, gold: torch.Tensor, weight: torch.Tenso
 
 def label_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers) -> torch.Tensor:
     """[B, L] score of every label for every example (higher is more likely); batch on the model's device."""
+    return answer_scores(model, batch, verbalizers)[0]
+
+
+def answer_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers) -> tuple[torch.Tensor, torch.Tensor]:
+    """([B, L] label scores as :func:`label_scores`, [B, V] float32 log-probabilities of the next token at the
+    answer position): decoder-only, the last input position; encoder-decoder, the first target position."""
     logits = model.forward(batch.encoded).logits
     if batch.answer_pos is not None:
-        choice = torch.tensor(verbalizers.choice, dtype=torch.long)
-        return decoder_scores(logits, batch.answer_pos, choice)
+        logp = answer_log_probs(logits, batch.answer_pos)
+        choice = torch.tensor(verbalizers.choice, dtype=torch.long, device=logits.device)
+        return logp[:, choice], logp
     if batch.target_labels is None or batch.target_weight is None:
         raise ValueError("a scoring batch needs answer positions (decoder) or target labels (encoder-decoder)")
-    return seq2seq_scores(logits, batch.target_labels, batch.target_weight, batch.num_labels)
+    scores = seq2seq_scores(logits, batch.target_labels, batch.target_weight, batch.num_labels)
+    first = logits.view(scores.shape[0], batch.num_labels, *logits.shape[1:])[:, 0, 0]  # every label row: same start
+    return scores, torch.log_softmax(first.float(), dim=-1)

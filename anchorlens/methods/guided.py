@@ -11,6 +11,7 @@ from torch import nn
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
 from anchorlens.methods.config import MethodConfig
+from anchorlens.methods.knockout import Knockout, KnockoutForward, install_attention, knockouts_active
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
 from anchorlens.methods.runtime import LayerSplicer
 from anchorlens.models.adapters.site import Site
@@ -18,6 +19,7 @@ from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.scheme import DEFAULT_SCHEME, RoleScheme
+from anchorlens.roles.table import RoleTable
 
 FIRST_TOKEN_ANCHOR = "first_token"
 
@@ -35,10 +37,11 @@ class GuidedModel:
 
     def __init__(self, base: Base, guidances: Iterable[Guidance | MethodConfig] = (), seed: int = 0) -> None:
         built: list[Guidance] = [g.build() if isinstance(g, MethodConfig) else g for g in guidances]
-        if built and not base.adapter.supports_guidance:
+        inserting = [g for g in built if isinstance(g, Guidance) and g.level != "knockout"]
+        if inserting and not base.adapter.supports_guidance:
             why = base.adapter.guidance_refusal or f"{base.adapter.family} supports capture only"
             raise UsageError(
-                f"guidance ({', '.join(g.kind for g in built)}) cannot be inserted into {base.spec}: {why}; "
+                f"guidance ({', '.join(g.kind for g in inserting)}) cannot be inserted into {base.spec}: {why}; "
                 "capture the base alone, or use a decoder-only or T5 base"
             )
         self.base: Base = base
@@ -51,6 +54,10 @@ class GuidedModel:
         self.guidances = nn.ModuleList(built).to(base.device)
         self.seed = seed
         self.meta: dict[str, Any] = {}
+        self._sites: dict[int, Site] | None = None
+        inserted = tuple(r.label for r in self.anchor_roles())
+        for ko in self.knockout_list():
+            ko.check_roles(None, inserted)  # the run's own roles are checked once known
 
     # ------------------------------------------------------------------ delegation to the base
     @property
@@ -96,7 +103,7 @@ class GuidedModel:
     @property
     def name(self) -> str:
         """Short description: base spec plus methods (``tiny-llama+capsule:fusion=add``)."""
-        return "+".join([self.base.spec] + [g.describe() for g in self.guidance_list()])
+        return "+".join([self.base.spec] + [g.describe() for g in self.guidances if isinstance(g, Guidance)])
 
     def encode(
         self,
@@ -119,16 +126,37 @@ class GuidedModel:
 
     def layout(self, batch: Encoded):
         """Layout provider with the inserted positions' roles at every (stack, layer)."""
-        if not len(self.guidances):
+        if not self.guidance_list():
             return self.base.layout(batch)
         return GuidedLayout(self.base.adapter, self.plan(batch))
 
     def forward(self, batch: Encoded, **kwargs):
-        """Run the guided model on ``batch`` (moved to the device); grads flow to guidance parameters only."""
-        if not len(self.guidances):
+        """Run the guided model on ``batch`` (moved to the device); grads flow to guidance parameters only.
+
+        Knockouts act in every forward: the attention function removes their weights at the sites they select.
+        """
+        knockouts = tuple(self.knockout_list())
+        if not knockouts:
+            return self._forward(batch, **kwargs)
+        batch = batch.to(self.device)
+        install_attention(self.base.model)
+        plan = self.plan(batch) if self.guidance_list() else None
+        layout = self.base.layout(batch) if plan is None else GuidedLayout(self.base.adapter, plan)
+        with knockouts_active(KnockoutForward(knockouts, self._site_map(), layout)):
+            return self._forward(batch, plan, **kwargs)
+
+    def _site_map(self) -> dict[int, Site]:
+        """id(attention module) -> its site (cached)."""
+        if self._sites is None:
+            self._sites = {id(module): site for site, module in self.base.sites()}
+        return self._sites
+
+    def _forward(self, batch: Encoded, plan: Plan | None = None, **kwargs):
+        """The forward of the base with the inserting guidances (``plan``: the batch's, when already built)."""
+        if not self.guidance_list():
             return self.base.forward(batch.to(self.device), **kwargs)
         batch = batch.to(self.device)
-        plan = self.plan(batch)
+        plan = plan if plan is not None else self.plan(batch)
         adapter, model = self.base.adapter, self.base.model
         embeds = adapter.token_embeddings(model, batch.input_ids)
         hidden, mask = embeds, batch.attention_mask
@@ -174,8 +202,18 @@ class GuidedModel:
 
     # ------------------------------------------------------------------ anchors (one rule for every caller)
     def guidance_list(self) -> list[Guidance]:
-        """The guidances, typed, in insertion order."""
-        return [g for g in self.guidances if isinstance(g, Guidance)]
+        """The guidances that insert positions, typed, in insertion order (knockouts left out)."""
+        return [g for g in self.guidances if isinstance(g, Guidance) and g.level != "knockout"]
+
+    def knockout_list(self) -> list[Knockout]:
+        """The knockouts, in spec order."""
+        return [g for g in self.guidances if isinstance(g, Knockout)]
+
+    def check_roles(self, table: RoleTable) -> None:
+        """UsageError (one line) when a knockout names a role the run's ``table`` lacks or no guidance inserts."""
+        inserted = tuple(r.label for r in self.anchor_roles())
+        for ko in self.knockout_list():
+            ko.check_roles(table, inserted)
 
     def anchor_roles(self) -> tuple[Role, ...]:
         """Roles of the inserted guidances, in insertion order, each once."""
@@ -241,7 +279,7 @@ class GuidedModel:
                 "fingerprint": self.base.fingerprint(),
                 "provenance": self.base.provenance(),
             },
-            "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidance_list()],
+            "methods": [{"kind": g.kind, "options": g.options()} for g in self.guidances if isinstance(g, Guidance)],
             "seed": self.seed,
             "num_trainable": self.num_trainable(),
             "share_of_base": self.share_of_base(),

@@ -10,6 +10,7 @@ from anchorlens.methods.capsule import Capsule, CapsuleConfig
 from anchorlens.methods.config import METHOD_CONFIGS, MethodConfig, config_for_kind, register_method
 from anchorlens.methods.deep_prompt import DeepPrompt, DeepPromptConfig
 from anchorlens.methods.instance import InstanceConfig, InstanceToken
+from anchorlens.methods.knockout import Knockout, KnockoutConfig
 from anchorlens.methods.prefix import Prefix, PrefixConfig
 from anchorlens.methods.soft_prompt import PromptConfig, SoftPrompt
 
@@ -18,6 +19,7 @@ register_method(DeepPromptConfig, DeepPrompt)
 register_method(PrefixConfig, Prefix)
 register_method(InstanceConfig, InstanceToken)
 register_method(CapsuleConfig, Capsule)
+register_method(KnockoutConfig, Knockout)
 
 METHODS: dict[str, type[Guidance]] = {cls.kind: cls.guidance for cls in METHOD_CONFIGS.values()}
 

@@ -26,7 +26,7 @@ from anchorlens.figures import (
     save_figure,
 )
 from anchorlens.reports.bases import adapter_lines, base_sentence
-from anchorlens.reports.html import render_report
+from anchorlens.reports.html import grid_html, render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
@@ -141,6 +141,31 @@ def exactness_lines(facts: dict) -> list[str]:
     return lines
 
 
+def effects_note(result: Comparison) -> str:
+    """What the task-effects table shows, for summary.md and report.html."""
+    base = result.checkpoints[0]
+    where = str(result.effects["stack"].iloc[0]) if len(result.effects) else "answer token"
+    what = (
+        "accuracy, the label's NLL and KL of the next-token distribution at the answer position"
+        if where == "answer token"
+        else "the text's own next-token NLL and KL, each the mean over the text's positions"
+    )
+    return (
+        f"Task effects ({where}): {what}, per checkpoint; mean over examples with 95% bootstrap CI; Δ = paired "
+        f"difference to {base} (for KL, KL({base} ‖ checkpoint) itself) with its paired bootstrap CI; p from "
+        "McNemar's exact test (accuracy) or a sign-flip test (NLL, KL), q Benjamini-Hochberg across the table. "
+        "KL is never negative, so its test only says it is not exactly 0 (two attention paths that agree to float "
+        "rounding give KL ~1e-7 and a small q): read its size. Per-example values: effects.parquet."
+    )
+
+
+def effects_grid(result: Comparison) -> pd.DataFrame:
+    """The task-effects table as a metric x checkpoint grid of formatted cells (empty when none was measured)."""
+    if result.effects.empty:
+        return pd.DataFrame()
+    return headline_grid(result.effects, result.checkpoints)
+
+
 def write_comparison(
     result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
 ) -> Path:
@@ -153,6 +178,11 @@ def write_comparison(
             write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
+        effects = effects_grid(result)
+        if not effects.empty:
+            result.effects.to_csv(tmp / "task_effects.csv", index=False)
+            write_metrics(result.effect_rows, tmp / "effects")
+        effect_lines = ["## Task effects", "", effects_note(result), "", to_markdown(effects), ""]
         save_maps(result.maps, tmp / "maps")
         rendered = []
         if figures:
@@ -179,6 +209,7 @@ def write_comparison(
             "",
             *(f"- {n}" for n in fixed_notes(result.headline)),
             "",
+            *(effect_lines if not effects.empty else []),
         ]
         (tmp / "summary.md").write_text("\n".join(md))
         (tmp / "report.html").write_text(
@@ -188,6 +219,7 @@ def write_comparison(
                 grid,
                 rendered,
                 [*other_base_warnings(result.facts)[:-1], *exact, DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
+                tables=[(effects_note(result), grid_html(effects))] if not effects.empty else [],
             )
         )
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
@@ -241,6 +273,11 @@ def load_comparison(run_dir: str | Path) -> Comparison:
                 frame[col] = frame[col].fillna("").astype(str)
     checkpoints = facts.pop("checkpoints")
     means, curves = figure_summaries(metrics)
+    effects = read("task_effects.csv") if (run / "task_effects.csv").exists() else pd.DataFrame()
+    rows = next((p for p in (run / "effects.parquet", run / "effects.csv") if p.exists()), None)
+    effect_rows = (
+        pd.DataFrame() if rows is None else pd.read_parquet(rows) if rows.suffix == ".parquet" else read(rows.name)
+    )
     return Comparison(
         checkpoints,
         None,
@@ -251,4 +288,6 @@ def load_comparison(run_dir: str | Path) -> Comparison:
         means=means,
         curves=curves,
         metrics_file=metrics,
+        effects=effects,
+        effect_rows=effect_rows,
     )

@@ -37,8 +37,8 @@ def _image(png_or_svg: bytes, caption: str) -> dict[str, str]:
     return {"caption": caption, "mime": mime, "data": base64.b64encode(png_or_svg).decode("ascii")}
 
 
-def _grid_html(grid: pd.DataFrame) -> Markup:
-    """The headline table as escaped HTML."""
+def grid_html(grid: pd.DataFrame) -> Markup:
+    """A grid of formatted cells (the headline table, the task effects) as escaped HTML."""
     return Markup(grid.to_html(escape=True, border=0, na_rep="—"))
 
 
@@ -59,7 +59,7 @@ def render_report(
         .render(
             title=title,
             facts=dict(facts),
-            grid_html=_grid_html(grid),
+            grid_html=grid_html(grid),
             headline_note=HEADLINE_NOTE,
             notes=list(notes),
             figures=[_image(data, caption) for caption, data in figures],

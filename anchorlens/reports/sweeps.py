@@ -29,23 +29,20 @@ def write_sweep(
     extra_metrics: tuple[str, ...] = (),
     runs: Path | None = None,
     figures: bool = True,
+    curves: tuple[tuple[str, str, str], ...] = (("accuracy", "ci_lo", "ci_hi"),),
 ) -> Path:
-    """sweep.csv, summary.md, figures/accuracy (+ one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
+    """sweep.csv, summary.md, figures/ (one per ``curves`` (y, lo, hi) column triple present, with its 95% CI, and
+    one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
     with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
         table.to_csv(tmp / "sweep.csv", index=False)
         if figures:
             (tmp / "figures").mkdir()
+        for y, lo, hi in curves if figures else ():
+            if y not in table.columns or not table[y].notna().any():
+                continue
             save_figure(
-                sweep_curve(
-                    table,
-                    x,
-                    "accuracy",
-                    lo="ci_lo",
-                    hi="ci_hi",
-                    by=by,
-                    title=f"{kind} sweep: accuracy (95% bootstrap CI)",
-                ),
-                tmp / "figures" / "accuracy",
+                sweep_curve(table, x, y, lo=lo, hi=hi, by=by, title=f"{kind} sweep: {y} (95% bootstrap CI)"),
+                tmp / "figures" / y,
             )
         for metric in extra_metrics if figures else ():
             if metric in table.columns and table[metric].notna().any():

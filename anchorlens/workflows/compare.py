@@ -17,6 +17,7 @@ from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
+from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.models.loading import load_base
 from anchorlens.progress import stage
 from anchorlens.runtime import distributed as rt
@@ -48,6 +49,8 @@ class Comparison:
     metrics_file: Path | None = None
     frame: pd.DataFrame | None = field(default=None, repr=False)
     scratch: Any = field(default=None, repr=False)  # keeps a temporary metrics_file alive with the comparison
+    effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # task effects table (see effects_table)
+    effect_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # per example: checkpoint, example, metric, value
 
     @property
     def metrics(self) -> pd.DataFrame:
@@ -140,6 +143,7 @@ def compare(
     )
     for model in models.values():
         check_selection(model, selection)
+        model.check_roles(prompts.roles)
         validate_positions(model, rows, prompts, batch_size)
     exactness = {
         name: certify_capture(
@@ -161,6 +165,8 @@ def compare(
         batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
+    effect_rows = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
     facts = {
         "base": shared.spec,
         "base_fingerprint": shared.fingerprint(),
@@ -180,7 +186,9 @@ def compare(
     other = {name: model.meta["other_base"] for name, model in models.items() if model.meta.get("other_base")}
     if other:
         facts["other_base"] = other
-    return Comparison(names, inputs, maps=maps, facts=facts, **summaries.result(names, n_boot))
+    return Comparison(
+        names, inputs, maps=maps, facts=facts, effects=effects, effect_rows=effect_rows, **summaries.result(names, n_boot)
+    )
 
 
 def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):

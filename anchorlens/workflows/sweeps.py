@@ -1,4 +1,4 @@
-"""Sweeps: training-free instance tokens by count and position; soft-prompt length vs accuracy."""
+"""Sweeps: training-free instance tokens by count and position; soft-prompt length vs accuracy; knockouts by layer."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from anchorlens.analyses.stats import bootstrap_ci
+from anchorlens.errors import UsageError
 from anchorlens.evaluation import DEFAULT_MAX_LENGTH, task_metrics
 from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
@@ -159,3 +160,68 @@ def sweep_length(
             }
         )
     return pd.DataFrame(rows)
+
+
+def knockout_spec(spec: str, keys: str, first: int, last: int, mode: str = "renorm") -> str:
+    """``spec`` with its ``keys`` knocked out at layers ``first..last`` (``base`` alone gives the knockout alone)."""
+    knockout = f"knockout:keys={keys},layers={first}-{last},mode={mode}"
+    return knockout if spec.strip().lower() in _PLAIN else f"{spec}+{knockout}"
+
+
+def sweep_knockout(
+    spec: str,
+    keys: str = "instance",
+    task: str = "rte",
+    data: str | Path | None = None,
+    *,
+    window: int = 1,
+    mode: str = "renorm",
+    base: Base | str | None = None,
+    n: int | None = None,
+    batch_size: int = 8,
+    max_length: int | None = DEFAULT_MAX_LENGTH,
+    n_boot: int = 2000,
+    field_map: Any = None,
+    prompt: PromptOptions | None = None,
+) -> pd.DataFrame:
+    """Knock ``keys`` out of ``spec`` one window of ``window`` layers at a time; the paired task effects per window.
+
+    One row per window: layer (its first layer), layers (``first-last``), spec, and from
+    :func:`~anchorlens.evaluation.effects.effects_table` against ``spec`` itself on the same examples: ``d_nll``
+    (ΔNLL) and ``d_accuracy`` (Δaccuracy, labelled tasks) with their paired bootstrap CIs (``*_lo``, ``*_hi``) and
+    q-values (Benjamini-Hochberg across the whole sweep), ``kl`` (KL(spec ‖ knocked out) with CI), n.
+    """
+    from anchorlens.evaluation.effects import effects_table, example_effects
+
+    if window < 1:
+        raise UsageError(f"--window must be at least 1, got {window}")
+    inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
+    shared = _shared_base(base, spec)
+    reference = load_guided(spec, shared)
+    depth = reference.num_layers
+    specs = {
+        knockout_spec(spec, keys, first, min(first + window, depth) - 1, mode): (first, min(first + window, depth) - 1)
+        for first in range(0, depth, window)
+    }
+    models = {spec: reference, **{s: load_guided(s, reference.base) for s in specs}}
+    prompts = inputs.prompts(reference.tokenizer, max_length)
+    for model in models.values():
+        model.check_roles(prompts.roles)
+    rows = prompts.examples(inputs.examples)
+    per_example = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    table = effects_table(per_example, list(models), labelled=inputs.task.has_labels, n_boot=n_boot)
+    out = []
+    for s, (first, last) in specs.items():
+        mine = table[table["checkpoint"] == s].set_index("metric")
+        row: dict[str, Any] = {"layer": first, "layers": f"{first}-{last}", "spec": s}
+        for metric, name in (("nll", "d_nll"), ("correct", "d_accuracy")):
+            if metric in mine.index:
+                r = mine.loc[metric]
+                row.update(
+                    {name: r["diff"], f"{name}_lo": r["diff_lo"], f"{name}_hi": r["diff_hi"], f"{name}_q": r["q_value"]}
+                )
+        if "kl" in mine.index:
+            r = mine.loc["kl"]
+            row.update({"kl": r["mean"], "kl_lo": r["ci_lo"], "kl_hi": r["ci_hi"], "n": int(r["n"])})
+        out.append(row)
+    return pd.DataFrame(out)

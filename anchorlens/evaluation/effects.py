@@ -1,0 +1,197 @@
+"""Task effects, paired per example: accuracy, label NLL and KL(first checkpoint ‖ this one) at the answer.
+
+Every checkpoint runs on the same batches, one batch at a time, so the first checkpoint's next-token
+distribution is compared with each other's while the batch is at hand (memory stays flat in the number of
+examples). A task with labels is scored as ``evaluate`` scores it (verbalizer log-likelihoods at the answer
+position, :func:`~anchorlens.evaluation.scoring.answer_scores`); a task without labels (``--task text``) reports
+the mean NLL of the text's own next tokens and the mean KL over those positions. :func:`effects_table` gives
+per checkpoint the mean with a bootstrap CI, the paired difference to the first checkpoint with a bootstrap CI,
+McNemar (accuracy) or sign-flip (NLL, KL) p-values, and Benjamini-Hochberg q-values across the comparison.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from anchorlens.analyses.stats import benjamini_hochberg, mcnemar_test, paired_differences, paired_summary, summarize
+from anchorlens.capture.collect import PromptRenderer, encode_batches
+from anchorlens.evaluation.batches import scoring_batch
+from anchorlens.evaluation.predict import chunks
+from anchorlens.evaluation.scoring import answer_scores
+from anchorlens.evaluation.verbalizers import verbalizer_ids
+from anchorlens.methods.guided import GuidedModel
+from anchorlens.tasks import Task
+
+EFFECT_COLUMNS = ("checkpoint", "example", "metric", "value")
+# metric -> (label, paired test); ``kl`` is already paired (it is 0 for the first checkpoint)
+EFFECTS = {
+    "correct": ("accuracy", "mcnemar"),
+    "nll": ("{kind} NLL", "sign-flip"),
+    "kl": ("KL({first} ‖ ·)", "sign-flip"),
+}
+TEXT_BATCH = 2  # examples per forward when every position's distribution is kept ([B, T, V] float32)
+
+
+def _kl(ref: torch.Tensor, logp: torch.Tensor) -> torch.Tensor:
+    """KL(p_ref ‖ p) over the last dimension of log-probabilities [..., V] -> [...] (float rounding below 0 is 0)."""
+    return torch.nn.functional.kl_div(logp, ref, log_target=True, reduction="none").sum(-1).clamp_min(0.0)
+
+
+@torch.no_grad()
+def example_effects(
+    models: Mapping[str, GuidedModel],
+    examples: Sequence[dict],
+    task: Task,
+    prompts: PromptRenderer,
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+) -> pd.DataFrame:
+    """Long frame (checkpoint, example, metric, value): per example ``correct`` (1/0), ``nll`` and ``kl`` (vs the
+    first of ``models``); unlabelled examples of a labelled task have NaN ``correct`` and ``nll``.
+
+    Every model must share one base (``compare`` loads them so). A task without labels gives ``nll`` (mean over
+    the text's next tokens) and ``kl`` (mean over the same positions); an encoder-decoder base gives no rows
+    for it.
+    """
+    if task.has_labels:
+        records = _label_effects(models, examples, task, prompts, batch_size, max_length)
+    else:
+        records = _text_effects(models, examples, prompts, batch_size, max_length)
+    return pd.DataFrame.from_records(records, columns=list(EFFECT_COLUMNS))
+
+
+def _label_effects(
+    models: Mapping[str, GuidedModel],
+    examples: Sequence[dict],
+    task: Task,
+    prompts: PromptRenderer,
+    batch_size: int,
+    max_length: int | None,
+) -> list[tuple]:
+    first = next(iter(models.values()))
+    base = first.base
+    verbalizers = verbalizer_ids(base.tokenizer, task)
+    out: list[tuple] = []
+    for span in chunks(len(examples), batch_size):
+        part = [examples[i] for i in span]
+        batch = scoring_batch(
+            base, task, part, verbalizers, example_ids=list(span), max_length=max_length, prompts=prompts
+        ).to(first.device)
+        labels = batch.labels
+        has = labels >= 0
+        ref = None
+        for name, model in models.items():
+            scores, logp = answer_scores(model, batch, verbalizers)
+            ref = logp if ref is None else ref
+            nll = -scores.gather(1, labels.clamp_min(0)[:, None]).squeeze(1)
+            correct = (scores.argmax(1) == labels).float()
+            nan = torch.full_like(nll, float("nan"))
+            values = {
+                "correct": torch.where(has, correct, nan),
+                "nll": torch.where(has, nll, nan),
+                "kl": _kl(ref, logp),
+            }
+            for metric, v in values.items():
+                out.extend((name, i, metric, float(x)) for i, x in zip(span, v.tolist()))
+    return out
+
+
+def _text_effects(
+    models: Mapping[str, GuidedModel],
+    examples: Sequence[dict],
+    prompts: PromptRenderer,
+    batch_size: int,
+    max_length: int | None,
+) -> list[tuple]:
+    first = next(iter(models.values()))
+    if first.is_encoder_decoder:
+        return []
+    out: list[tuple] = []
+    size = max(1, min(batch_size, TEXT_BATCH))
+    for batch in encode_batches(first, examples, prompts, batch_size=size, max_length=max_length):
+        batch = batch.to(first.device)
+        valid = batch.attention_mask.bool()
+        pairs = (valid[:, 1:] & valid[:, :-1]).float()  # positions t whose next token t+1 is text
+        count = pairs.sum(1).clamp_min(1.0)
+        targets = batch.input_ids[:, 1:]
+        ids = batch.example_ids.tolist()
+        ref = None
+        for name, model in models.items():
+            logp = torch.log_softmax(model.forward(batch).logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
+            ref = logp if ref is None else ref
+            nll = -(logp.gather(-1, targets[..., None]).squeeze(-1) * pairs).sum(1) / count
+            kl = (_kl(ref, logp) * pairs).sum(1) / count
+            for metric, v in (("nll", nll), ("kl", kl)):
+                out.extend((name, int(i), metric, float(x)) for i, x in zip(ids, v.tolist()))
+            del logp
+    return out
+
+
+def effects_table(
+    frame: pd.DataFrame,
+    checkpoints: Sequence[str],
+    *,
+    labelled: bool = True,
+    n_boot: int = 2000,
+    n_perm: int = 10000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per (metric, checkpoint): mean, ci_lo, ci_hi (bootstrap over examples), n; for every checkpoint
+    after the first: diff, diff_lo, diff_hi (paired bootstrap of this − first; for KL, the KL itself), p_value
+    (McNemar for accuracy, sign-flip otherwise), test and q_value (Benjamini-Hochberg across the whole table).
+
+    Columns label and stack name the row as the headline table does: ``label NLL (answer token)`` for a task with
+    labels (``labelled``), ``text NLL (every token)`` without.
+    """
+    where = "answer token" if labelled else "every token"
+    rows: list[dict] = []
+    if frame.empty:
+        return pd.DataFrame(rows)
+    baseline = checkpoints[0]
+    for metric, (label, test) in EFFECTS.items():
+        sub = frame[frame["metric"] == metric]
+        if sub.empty or not np.isfinite(sub["value"].to_numpy(np.float64)).any():
+            continue
+        means = summarize(sub, "checkpoint", n_boot=n_boot, seed=seed).set_index("checkpoint")
+        first = sub[sub["checkpoint"] == baseline]
+        name = label.format(kind="label" if labelled else "text", first=baseline)
+        for ckpt in checkpoints:
+            if ckpt not in means.index:
+                continue
+            m = means.loc[ckpt]
+            row = {
+                "checkpoint": ckpt,
+                "metric": metric,
+                "label": name,
+                "stack": where,
+                "mean": m["mean"],
+                "ci_lo": m["ci_lo"],
+                "ci_hi": m["ci_hi"],
+                "n": int(m["n"]),
+                "diff": np.nan,
+                "diff_lo": np.nan,
+                "diff_hi": np.nan,
+                "p_value": np.nan,
+                "test": "",
+            }
+            if ckpt != baseline:
+                mine = sub[sub["checkpoint"] == ckpt]
+                if metric == "kl":
+                    diffs = mine.assign(diff=mine["value"])
+                else:
+                    diffs = paired_differences(mine, first, on=["example"])
+                paired = paired_summary(diffs, [], n_boot=n_boot, n_perm=n_perm, seed=seed)
+                if len(paired):
+                    p = paired.iloc[0]
+                    row.update(diff=p["diff"], diff_lo=p["ci_lo"], diff_hi=p["ci_hi"], p_value=p["p_value"], test=test)
+                    if metric == "correct":
+                        row["p_value"] = mcnemar_test(diffs["value_a"], diffs["value_b"])
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    table["q_value"] = benjamini_hochberg(table["p_value"].to_numpy(np.float64))[1]
+    return table

@@ -1,0 +1,337 @@
+"""Causal knockouts: block attention to keys of a role or position at chosen layers and heads.
+
+Spec ``knockout:keys=instance,layers=10-20,mode=renorm`` (composed after the methods that insert the keys:
+``instance+knockout:keys=instance``). The knockout inserts nothing; during every forward of its GuidedModel
+(plain forwards for evaluation and logits, and captures alike) the registered ``anchorlens`` attention function
+asks :func:`current_edit` which (query, key) weights to remove at the module it runs, and applies the mode:
+
+- ``renorm``: the keys are masked before the softmax (the other keys share the mass; a query left with no key
+  gets a zero output);
+- ``zero``: the keys' weights are zeroed after the softmax, no renormalisation (the weights sum to less than 1);
+- ``value``: the keys' values are zeroed for the selected queries and heads (the weights stay as they were, so
+  a capture still reports them; the keys contribute nothing to the output).
+
+``zero`` and ``value`` give the same outputs (a key whose value is zero adds nothing, exactly as a key whose weight
+is zero); they differ in the weights a capture reports. ``mode=mean`` (the key's hidden state replaced by a dataset mean from a first pass) is not available yet.
+Which keys: a role of the run (``instance``, ``capsule``, ``structural``, a task's own roles), ``first`` (each
+example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative counts from the end).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from anchorlens.errors import UsageError
+from anchorlens.methods.base import Guidance
+from anchorlens.methods.config import MethodConfig
+from anchorlens.models.adapters.site import Site
+from anchorlens.roles.kinds import Role
+from anchorlens.roles.layout import LayoutProvider, SequenceRoles
+from anchorlens.roles.table import GUIDANCE_NAMES, RoleTable
+
+KNOCKOUT_MODES = ("renorm", "zero", "value")
+_ALL = "all"
+_FIRST = "first"
+_POS = "pos="
+
+
+def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
+    """``"all"`` -> None; ``"10-20"`` / ``"0/3/5-7"`` -> sorted unique indices (ranges inclusive, ``/`` joins)."""
+    text = text.strip().lower()
+    if text in ("", _ALL):
+        return None
+    out: set[int] = set()
+    for part in text.split("/"):
+        lo, dash, hi = part.strip().partition("-")
+        try:
+            first, last = int(lo), int(hi if dash else lo)
+        except ValueError:
+            raise UsageError(
+                f"knockout: {what}={text!r} is not a list of indices; write e.g. 10-20 or 0/3/5-7"
+            ) from None
+        if last < first:
+            raise UsageError(f"knockout: {what}={part} is a reversed range; write {last}-{first}")
+        out.update(range(first, last + 1))
+    return tuple(sorted(out))
+
+
+def _nth_valid(valid: torch.Tensor, n: int) -> torch.Tensor:
+    """[B, T] bool: True at each row's n-th valid position (negative n counts from the end); rows with too few
+    valid positions have none."""
+    rank = valid.long().cumsum(1) - 1  # 0-based rank of each valid position
+    if n < 0:
+        rank = rank - valid.long().sum(1, keepdim=True)
+    return valid & (rank == n)
+
+
+@dataclass(frozen=True)
+class KnockoutConfig(MethodConfig):
+    """Spec ``knockout``: remove attention from ``queries`` to ``keys`` at ``layers`` and ``heads`` (``mode``)."""
+
+    name = "knockout"
+    kind = "knockout"
+
+    keys: str = field(
+        default="instance",
+        metadata={"doc": "keys knocked out: a role of the run (instance, capsule, structural, ...), first or pos=N"},
+    )
+    queries: str = field(default=_ALL, metadata={"doc": "queries that lose them: all or a role"})
+    layers: str = field(default=_ALL, metadata={"doc": "all, a range 10-20 or a list 0/3/5-7 (inclusive)"})
+    heads: str = field(default=_ALL, metadata={"doc": "all, a range or a list of head indices (0/2/4-7)"})
+    mode: Literal["renorm", "zero", "value"] = field(
+        default="renorm",
+        metadata={"doc": "renorm (masked before the softmax), zero (after it), value (the keys' values zeroed)"},
+    )
+
+    def __post_init__(self) -> None:
+        """Check the choices, the index lists and the key/query names (before any model is touched)."""
+        for name in ("keys", "queries", "layers", "heads"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise UsageError(f"knockout: option {name} needs a value; got {value!r}")
+            object.__setattr__(
+                self,
+                name,
+                value.strip().lower().replace("-", "_") if name in ("keys", "queries") else value.strip().lower(),
+            )
+        if self.mode == "mean":
+            raise UsageError(
+                "knockout mode=mean (the keys' hidden state replaced by a dataset mean) is not available yet; "
+                "use mode=renorm, zero or value"
+            )
+        super().__post_init__()
+        parse_index_list(self.layers, "layers")
+        parse_index_list(self.heads, "heads")
+        self.key_position()
+
+    def to_spec(self) -> str:
+        """The spec text, ``keys`` always written (``knockout:keys=instance,layers=10-20``)."""
+        text = super().to_spec()
+        if f"keys={self.keys}" in text.split(":", 1)[-1].split(","):
+            return text
+        rest = text.partition(":")[2]
+        return f"{self.name}:keys={self.keys}" + (f",{rest}" if rest else "")
+
+    def count(self) -> int:
+        """A knockout inserts no position."""
+        return 0
+
+    def key_position(self) -> int | None:
+        """N of ``keys=pos=N`` (``first`` is 0); None when the keys are a role."""
+        if self.keys == _FIRST:
+            return 0
+        if not self.keys.startswith(_POS):
+            return None
+        try:
+            return int(self.keys[len(_POS) :])
+        except ValueError:
+            raise UsageError(f"knockout: keys={self.keys} needs an integer position; write e.g. keys=pos=0") from None
+
+    def layer_indices(self) -> tuple[int, ...] | None:
+        """The selected layers (None: all)."""
+        return parse_index_list(self.layers, "layers")
+
+    def head_indices(self) -> tuple[int, ...] | None:
+        """The selected heads (None: all)."""
+        return parse_index_list(self.heads, "heads")
+
+    def role_names(self) -> tuple[str, ...]:
+        """The role names this knockout reads (keys and queries that are roles)."""
+        names = [] if self.key_position() is not None else [self.keys]
+        return tuple(names + ([] if self.queries == _ALL else [self.queries]))
+
+
+class Knockout(Guidance):
+    """A knockout: no parameters, no positions; its masks are applied by the attention function."""
+
+    kind = "knockout"
+    spec_name = "knockout"
+    role = Role.SPECIAL  # unused: a knockout inserts nothing
+    level = "knockout"
+    config: KnockoutConfig
+
+    def __init__(
+        self, keys: str = "instance", queries: str = _ALL, layers: str = _ALL, heads: str = _ALL, mode: str = "renorm"
+    ) -> None:
+        super().__init__(KnockoutConfig(keys=keys, queries=queries, layers=layers, heads=heads, mode=mode))  # type: ignore[arg-type]
+        self.num_heads = 0
+
+    def bind(self, base, generator: torch.Generator) -> None:
+        """Check the layers and heads against ``base`` (one line naming the valid range); nothing is allocated."""
+        adapter = base.adapter
+        self.stacks = tuple(adapter.stacks())
+        self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
+        most = max(self.layers.values())
+        layers = self.config.layer_indices()
+        if layers is not None and (layers[0] < 0 or layers[-1] >= most):
+            raise UsageError(
+                f"{self.describe()}: layers={self.config.layers} is outside the model; {base.spec} has {most} layers "
+                f"(0..{most - 1})"
+            )
+        self.num_heads = int(base.num_heads)
+        heads = self.config.head_indices()
+        if heads is not None and (heads[0] < 0 or heads[-1] >= self.num_heads):
+            raise UsageError(
+                f"{self.describe()}: heads={self.config.heads} is outside the model; {base.spec} has "
+                f"{self.num_heads} heads per layer (0..{self.num_heads - 1})"
+            )
+        self.bound = True
+
+    def check_roles(self, table: RoleTable | None, inserted: tuple[str, ...]) -> None:
+        """UsageError (one line) when a role the knockout names is a guidance role no guidance of the model inserts
+        (``inserted``), or is not in the run's ``table`` (None: not known yet)."""
+        for name in self.config.role_names():
+            if name in GUIDANCE_NAMES and name not in inserted:
+                method = "prompt" if name == "soft_prompt" else name
+                raise UsageError(
+                    f"{self.describe()}: the model inserts no {name} positions; put the method that inserts them "
+                    f"before the knockout (e.g. {method}+{self.describe()})"
+                )
+            if table is not None and name not in table.names:
+                raise UsageError(
+                    f"{self.describe()}: this run has no role {name!r}; its roles are {', '.join(table.names)} "
+                    "(or use keys=first / keys=pos=N)"
+                )
+
+    # ------------------------------------------------------------------ masks
+    def _role_mask(self, seq: SequenceRoles, name: str) -> torch.Tensor:
+        """[B, T] bool: valid positions of role ``name``."""
+        try:
+            rid = seq.table.id(name)
+        except ValueError:
+            raise UsageError(
+                f"{self.describe()}: this run has no role {name!r}; its roles are {', '.join(seq.table.names)}"
+            ) from None
+        return seq.valid.bool() & (seq.roles == rid)
+
+    def key_mask(self, keys: SequenceRoles) -> torch.Tensor:
+        """[B, K] bool: the keys knocked out."""
+        n = self.config.key_position()
+        return _nth_valid(keys.valid.bool(), n) if n is not None else self._role_mask(keys, self.config.keys)
+
+    def query_mask(self, queries: SequenceRoles) -> torch.Tensor:
+        """[B, Q] bool: the queries that lose the keys."""
+        if self.config.queries == _ALL:
+            return torch.ones_like(queries.valid, dtype=torch.bool)
+        return self._role_mask(queries, self.config.queries)
+
+    def applies(self, site: Site) -> bool:
+        """Whether the knockout acts at ``site``."""
+        layers = self.config.layer_indices()
+        return layers is None or site.layer in layers
+
+    def head_mask(self, num_heads: int, device: torch.device) -> torch.Tensor | None:
+        """[H] bool of the selected heads, or None for all."""
+        heads = self.config.head_indices()
+        if heads is None:
+            return None
+        mask = torch.zeros(num_heads, dtype=torch.bool, device=device)
+        mask[list(heads)] = True
+        return mask
+
+
+# ---------------------------------------------------------------------- the edit one attention call applies
+@dataclass(frozen=True)
+class KnockoutEdit:
+    """Which weights one attention call loses, per mode: bool [B, H|1, Q, K] (True = knocked out) or None.
+
+    before: masked before the softmax (renorm); after: zeroed after it (zero); value: removed from the output
+    only (the keys' values zeroed for these queries and heads).
+    """
+
+    before: torch.Tensor | None = None
+    after: torch.Tensor | None = None
+    value: torch.Tensor | None = None
+
+    @staticmethod
+    def chunk(mask: torch.Tensor | None, start: int, stop: int, keys: int) -> torch.Tensor | None:
+        """``mask`` for queries ``start:stop`` and the first ``keys`` keys (None stays None)."""
+        return None if mask is None else mask[..., start:stop, :keys]
+
+
+@dataclass
+class KnockoutForward:
+    """The knockouts active for one forward: attention modules to sites, and the roles at every site."""
+
+    knockouts: tuple[Knockout, ...]
+    sites: dict[int, Site]
+    layout: LayoutProvider
+    cache: dict[tuple[int, int, int], KnockoutEdit | None] = field(default_factory=dict)
+
+    def edit(
+        self, module: nn.Module, num_heads: int, q_len: int, k_len: int, device: torch.device
+    ) -> KnockoutEdit | None:
+        """The edit of the call of ``module`` (None where no knockout acts)."""
+        key = (id(module), q_len, k_len)
+        if key not in self.cache:
+            self.cache[key] = self._build(module, num_heads, q_len, k_len, device)
+        return self.cache[key]
+
+    def _build(
+        self, module: nn.Module, num_heads: int, q_len: int, k_len: int, device: torch.device
+    ) -> KnockoutEdit | None:
+        site = self.sites.get(id(module))
+        if site is None:
+            return None
+        acting = [k for k in self.knockouts if k.applies(site)]
+        if not acting:
+            return None
+        layout = self.layout.layout(site.stack, site.layer)
+        masks: dict[str, torch.Tensor] = {}
+        for ko in acting:
+            keys = ko.key_mask(layout.k).to(device)[:, :k_len]
+            queries = ko.query_mask(layout.q).to(device)[:, -q_len:]
+            mask = queries[:, None, :, None] & keys[:, None, None, :]  # [B, 1, Q, K]
+            heads = ko.head_mask(num_heads, device)
+            if heads is not None:
+                mask = mask & heads.view(1, -1, 1, 1)
+            slot = {"renorm": "before", "zero": "after", "value": "value"}[ko.config.mode]
+            masks[slot] = mask if slot not in masks else masks[slot] | mask
+        return KnockoutEdit(**masks)
+
+
+_ACTIVE: contextvars.ContextVar[KnockoutForward | None] = contextvars.ContextVar("anchorlens_knockout", default=None)
+_INSTALLERS: list[Callable[[nn.Module], Any]] = []
+
+
+def register_attention_installer(install: Callable[[nn.Module], Any]) -> None:
+    """Called by the attention function's module: how to switch a model to the function that applies knockouts."""
+    if install not in _INSTALLERS:
+        _INSTALLERS.append(install)
+
+
+def install_attention(model: nn.Module) -> None:
+    """Switch ``model`` to the attention function that applies knockouts.
+
+    The function lives downstream (``anchorlens.capture.attention_fn``) and registers its installer when imported;
+    a GuidedModel used without any capture import loads it here by name, the one runtime lookup of this module.
+    """
+    if not _INSTALLERS:
+        importlib.import_module("anchorlens.capture.attention_fn")
+    _INSTALLERS[-1](model)
+
+
+@contextmanager
+def knockouts_active(forward: KnockoutForward) -> Iterator[KnockoutForward]:
+    """Make ``forward``'s knockouts the active ones for the duration of the block."""
+    token = _ACTIVE.set(forward)
+    try:
+        yield forward
+    finally:
+        _ACTIVE.reset(token)
+
+
+def current_edit(module: nn.Module, query: torch.Tensor, key: torch.Tensor) -> KnockoutEdit | None:
+    """The edit the active knockouts make to the call of ``module`` (query [B, H, Q, D], key [B, H_kv, K, D])."""
+    active = _ACTIVE.get()
+    if active is None:
+        return None
+    return active.edit(module, query.shape[1], query.shape[2], key.shape[2], query.device)
