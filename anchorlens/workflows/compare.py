@@ -187,7 +187,13 @@ def compare(
     if other:
         facts["other_base"] = other
     return Comparison(
-        names, inputs, maps=maps, facts=facts, effects=effects, effect_rows=effect_rows, **summaries.result(names, n_boot)
+        names,
+        inputs,
+        maps=maps,
+        facts=facts,
+        effects=effects,
+        effect_rows=effect_rows,
+        **summaries.result(names, n_boot),
     )
 
 
