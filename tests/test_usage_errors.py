@@ -168,7 +168,7 @@ def test_numeric_errors_name_the_value_and_the_range():
     assert "did you mean compare?" in one_error_line(runner.invoke(app, ["comapre"]))
     assert "`anchorlens demo --n ...`" in one_error_line(runner.invoke(app, ["--n", "4"]))
     assert "needs --ckpt" in one_error_line(runner.invoke(app, ["capture"]))
-    assert "needs a command: instance, length" in one_error_line(runner.invoke(app, ["sweep"]))
+    assert "needs a command: instance, knockout, length" in one_error_line(runner.invoke(app, ["sweep"]))
 
 
 def _fill_required(command: Any, tmp: Path) -> list[str]:

@@ -122,8 +122,12 @@ class CellSpill:
         records, blocks = records[order], blocks[order]
         bounds = np.flatnonzero(np.diff(blocks)) + 1
         for part in np.split(records, bounds):
-            with open(self._path(side, int(part["cell"][0] // self.block)), "ab") as f:
-                part.tofile(f)
+            path = self._path(side, int(part["cell"][0] // self.block))
+            try:
+                with open(path, "ab") as f:
+                    f.write(part.tobytes())  # (numpy's tofile loses the errno of a full disk)
+            except OSError as err:
+                raise OSError(err.errno, err.strerror or str(err), str(path)) from None
 
     def read(self, side: str, block: int) -> tuple[np.ndarray, np.ndarray]:
         """(cell ids [c], values [c, n_examples] float64, NaN where a cell has no row for an example) of one block."""

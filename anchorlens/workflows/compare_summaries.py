@@ -41,6 +41,15 @@ def curve_rows(df: pd.DataFrame) -> pd.DataFrame:
     return average_heads(pd.concat([m.rows(df).assign(metric=m.label) for m in CURVES], ignore_index=True))
 
 
+def _reason(err: OSError) -> str:
+    """The system's reason of an OSError (pyarrow's message ends with it: '... Detail: [errno 27] File too large')."""
+    if err.errno is not None:
+        import os
+
+        return os.strerror(err.errno)
+    return str(err).rsplit("] ", 1)[-1]
+
+
 class MetricsWriter:
     """``metrics.parquet`` written as chunks come: one row group per chunk, the columns of the first chunk."""
 
@@ -65,12 +74,26 @@ class MetricsWriter:
         table = table.append_column(
             pa.field("checkpoint", pa.string()), pa.array([checkpoint] * len(frame), pa.string())
         )
-        if self._writer is None:
-            schema = table.schema.with_metadata({**(table.schema.metadata or {}), CHUNKED_KEY: b"1"})
-            self._writer = pq.ParquetWriter(self.path, schema, compression="zstd")
-        table = table.replace_schema_metadata(self._writer.schema.metadata)
-        self._writer.write_table(table)
+        try:
+            if self._writer is None:
+                schema = table.schema.with_metadata({**(table.schema.metadata or {}), CHUNKED_KEY: b"1"})
+                self._writer = pq.ParquetWriter(self.path, schema, compression="zstd")
+            table = table.replace_schema_metadata(self._writer.schema.metadata)
+            self._writer.write_table(table)
+        except OSError as err:  # a full disk: one line naming this file, and no writer left to fail again on exit
+            self.abandon()
+            raise OSError(err.errno, _reason(err), str(self.path)) from None
         self.rows += table.num_rows
+
+    def abandon(self) -> None:
+        """Drop a writer whose file cannot be written (its own close would raise again when collected)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except OSError:
+                pass
+            self._writer.is_open = False
+            self._writer = None
 
     def close(self) -> None:
         """Finish the file (an empty tidy file when no row came)."""
@@ -134,12 +157,16 @@ class Summaries:
 
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's metric rows of one chunk of examples in (and append them to metrics.parquet)."""
-        self.writer.write(df, checkpoint)
-        keep = df[df["metric"].isin(PAIRED_METRICS)]
-        self.per_head.add(checkpoint, keep)
-        self.layer_means.add(checkpoint, average_heads(keep))
-        self.headline.add(checkpoint, df)
-        self.figures.add(checkpoint, df)
+        try:
+            self.writer.write(df, checkpoint)
+            keep = df[df["metric"].isin(PAIRED_METRICS)]
+            self.per_head.add(checkpoint, keep)
+            self.layer_means.add(checkpoint, average_heads(keep))
+            self.headline.add(checkpoint, df)
+            self.figures.add(checkpoint, df)
+        except BaseException:
+            self.writer.abandon()  # no open writer left to fail again when collected
+            raise
 
     def result(self, names: Sequence[str], n_boot: int) -> dict:
         """headline, paired, means, curves, metrics_file and scratch: the fields of a Comparison."""

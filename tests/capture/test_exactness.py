@@ -200,6 +200,7 @@ def test_default_reducers_give_the_same_frames_with_fused_and_separate_sums(tiny
         capture_batch(base, batch, StreamSink(separate), need_logits=False, options=CaptureOptions(mode="strict"))
         for a, b in zip(fused, separate, strict=True):
             fa, fb = a.frame(), b.frame()
-            assert len(fa) == len(fb) > 0, (name, a.name)
+            # learned_sink has rows only where the model has learned sinks (gpt-oss)
+            assert len(fa) == len(fb) and (len(fa) > 0 or a.name == "learned_sink"), (name, a.name)
             assert (fa.drop(columns="value") == fb.drop(columns="value")).all().all(), (name, a.name)
             assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, (name, a.name)

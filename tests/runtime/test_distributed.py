@@ -68,7 +68,7 @@ def test_all_reduce_reducers_equals_one_process(two_rank_run):
             feed(reference, data, [ids[i : i + 3] for i in range(0, len(ids), 3)], sites)
     for r in reference:
         want = sorted_frame(r.frame())
-        assert not want.empty
+        assert not want.empty or r.name == "learned_sink"  # synthetic sites have no learned sink
         for rank in (0, 1):
             got = sorted_frame(pd.read_parquet(scratch / f"{r.name}-rank{rank}.parquet"))
             pd.testing.assert_frame_equal(got.drop(columns="value"), want.drop(columns="value"))
