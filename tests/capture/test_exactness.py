@@ -202,5 +202,7 @@ def test_default_reducers_give_the_same_frames_with_fused_and_separate_sums(tiny
             fa, fb = a.frame(), b.frame()
             # learned_sink has rows only where the model has learned sinks (gpt-oss)
             assert len(fa) == len(fb) and (len(fa) > 0 or a.name == "learned_sink"), (name, a.name)
+            if fa.empty:
+                continue
             assert (fa.drop(columns="value") == fb.drop(columns="value")).all().all(), (name, a.name)
             assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, (name, a.name)

@@ -143,4 +143,6 @@ def test_guided_models_give_the_same_statistics_with_fused_and_separate_key_sums
     for a, b in zip(fast.reducers, strict.reducers, strict=True):
         fa, fb = a.frame(), b.frame()
         assert len(fa) == len(fb) and (len(fa) > 0 or a.name == "learned_sink"), a.name  # no sinks here
+        if fa.empty:
+            continue
         assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, a.name
