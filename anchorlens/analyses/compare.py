@@ -137,6 +137,33 @@ def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value:
 _CHUNK_CELLS = 1 << 23  # cell x example values per block of paired arrays (64 MiB per side)
 
 
+def _with_stats(
+    cells: pd.DataFrame, name: str, baseline: str, got: dict[str, np.ndarray], keep: np.ndarray
+) -> pd.DataFrame:
+    """``cells`` (one row per kept cell) with the checkpoint, baseline and the paired statistics of ``got``."""
+    cells.insert(0, "checkpoint", name)
+    cells.insert(1, "baseline", baseline)
+    cells["n"] = got["n"][keep].astype(np.int64)
+    cells["mean_baseline"], cells["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
+    cells["diff"], cells["ci_lo"], cells["ci_hi"], cells["p_value"] = (
+        got["diff"][keep],
+        got["lo"][keep],
+        got["hi"][keep],
+        got["p"][keep],
+    )
+    return cells
+
+
+def _paired_table(parts: list[pd.DataFrame], cell: list[str], alpha: float, family: Sequence[str]) -> pd.DataFrame:
+    """Every checkpoint's paired rows in one frame with Benjamini-Hochberg q per ``family``."""
+    columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
+    if not parts or all(p.empty for p in parts):
+        return pd.DataFrame(columns=columns)
+    out = pd.concat([p for p in parts if not p.empty], ignore_index=True)
+    out = _add_q_values(out, alpha, family)
+    return out[columns]
+
+
 def compare_frames(
     frames: Mapping[str, pd.DataFrame],
     baseline: str,
@@ -188,23 +215,8 @@ def compare_frames(
         got = {k: np.concatenate(v) for k, v in cols.items()}
         keep = got["n"] > 0
         s = keys.iloc[got["id"][keep]].reset_index(drop=True)
-        s.insert(0, "checkpoint", name)
-        s.insert(1, "baseline", baseline)
-        s["n"] = got["n"][keep].astype(np.int64)
-        s["mean_baseline"], s["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
-        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = (
-            got["diff"][keep],
-            got["lo"][keep],
-            got["hi"][keep],
-            got["p"][keep],
-        )
-        parts.append(s)
-    columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
-    if not parts or all(p.empty for p in parts):
-        return pd.DataFrame(columns=columns)
-    out = pd.concat([p for p in parts if not p.empty], ignore_index=True)
-    out = _add_q_values(out, alpha, family)
-    return out[columns]
+        parts.append(_with_stats(s, name, baseline, got, keep))
+    return _paired_table(parts, cell, alpha, family)
 
 
 def compare_spill(
@@ -249,23 +261,8 @@ def compare_spill(
         keep = keep[order]
         s = keys.iloc[order].reset_index(drop=True)
         s = pd.DataFrame({c: np.asarray(pd.Index(s[c])) for c in cell})  # compare_frames' column types
-        s.insert(0, "checkpoint", name)
-        s.insert(1, "baseline", baseline)
-        s["n"] = got["n"][keep].astype(np.int64)
-        s["mean_baseline"], s["mean_checkpoint"] = got["mean_b"][keep], got["mean_a"][keep]
-        s["diff"], s["ci_lo"], s["ci_hi"], s["p_value"] = (
-            got["diff"][keep],
-            got["lo"][keep],
-            got["hi"][keep],
-            got["p"][keep],
-        )
-        parts.append(s)
-    columns = ["checkpoint", "baseline", *cell, *_STAT_COLUMNS]
-    if not parts or all(p.empty for p in parts):
-        return pd.DataFrame(columns=columns)
-    out = pd.concat([p for p in parts if not p.empty], ignore_index=True)
-    out = _add_q_values(out, alpha, family)
-    return out[columns]
+        parts.append(_with_stats(s, name, baseline, got, keep))
+    return _paired_table(parts, cell, alpha, family)
 
 
 def paired_cell(columns: Sequence[str]) -> list[str]:
