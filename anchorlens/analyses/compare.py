@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -137,6 +137,31 @@ def _paired_arrays(a: pd.DataFrame, b: pd.DataFrame, cell: Sequence[str], value:
 _CHUNK_CELLS = 1 << 23  # cell x example values per block of paired arrays (64 MiB per side)
 
 
+def _block_stats(
+    blocks: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]], n_boot: int, n_perm: int, ci: float, seed: int
+) -> dict[str, np.ndarray] | None:
+    """Paired statistics of blocks of (cell ids [c], checkpoint values [c, N], baseline values [c, N]), concatenated:
+    id, n, mean_a, mean_b, diff, lo, hi, p per cell (None when no block came)."""
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
+    for ids, a, b in blocks:
+        diff = a - b
+        n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
+        ok = np.isfinite(diff)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
+            cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
+        for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
+            cols[k].append(v)
+    return {k: np.concatenate(v) for k, v in cols.items()} if cols["id"] else None
+
+
+def _spill_blocks(spill: CellSpill, name: str, baseline: str) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(cell ids, ``name``'s values, ``baseline``'s values) of each block of the spill, read one block at a time."""
+    for block in range(spill.n_blocks):
+        ids, a = spill.read(name, block)
+        yield ids, a, spill.read(baseline, block)[1]
+
+
 def _with_stats(
     cells: pd.DataFrame, name: str, baseline: str, got: dict[str, np.ndarray], keep: np.ndarray
 ) -> pd.DataFrame:
@@ -200,19 +225,9 @@ def compare_frames(
         if name == baseline:
             continue
         keys, blocks = _paired_arrays(df, base, cell)
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
-        for ids, a, b in blocks:
-            diff = a - b
-            n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
-            ok = np.isfinite(diff)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
-                cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
-            for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
-                cols[k].append(v)
-        if not cols["id"]:
+        got = _block_stats(blocks, n_boot, n_perm, ci, seed)
+        if got is None:
             continue
-        got = {k: np.concatenate(v) for k, v in cols.items()}
         keep = got["n"] > 0
         s = keys.iloc[got["id"][keep]].reset_index(drop=True)
         parts.append(_with_stats(s, name, baseline, got, keep))
@@ -240,21 +255,9 @@ def compare_spill(
     for name in spill.sides:
         if name == baseline:
             continue
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
-        for block in range(spill.n_blocks):
-            ids, a = spill.read(name, block)
-            _, b = spill.read(baseline, block)
-            diff = a - b
-            n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
-            ok = np.isfinite(diff)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
-                cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
-            for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
-                cols[k].append(v)
-        if not cols["id"]:
+        got = _block_stats(_spill_blocks(spill, name, baseline), n_boot, n_perm, ci, seed)
+        if got is None:
             continue
-        got = {k: np.concatenate(v) for k, v in cols.items()}
         keep = np.flatnonzero(got["n"] > 0)
         keys = spill.cells.frame(got["id"][keep])
         order = np.argsort(_joint_codes(keys, keys, cell)[0], kind="stable")  # compare_frames' cell order
