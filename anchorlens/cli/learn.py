@@ -75,6 +75,13 @@ def train(
         typer.Option("--patience", parser=at_least(1), metavar="EVALS", help="Early-stopping patience in evaluations."),
     ] = 5,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in --out.")] = False,
+    group_by_length: Annotated[
+        bool,
+        typer.Option(
+            "--group-by-length",
+            help="Batch examples of similar token length (less padding, ~2x faster on RTE; order still seeded).",
+        ),
+    ] = False,
 ) -> None:
     """Train guidance parameters only (the base stays frozen); resumable; writes a checkpoint dir."""
     claim = output.claim("train", resume=resume)
@@ -101,6 +108,7 @@ def train(
             force=output.force,
             eval_every=eval_every,
             patience=patience,
+            group_by_length=group_by_length,
             n=data.n,
             max_length=_max_length(data),
             **data.input_kwargs(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH
 
@@ -10,7 +10,17 @@ from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH
 DEFAULT_LR = 3e-3
 
 # the settings a resumed run must share with the run it continues
-RESUME_KEYS = ("lr", "batch_size", "grad_accum", "optimizer", "weight_decay", "seed", "max_length", "max_grad_norm")
+RESUME_KEYS = (
+    "lr",
+    "batch_size",
+    "grad_accum",
+    "optimizer",
+    "weight_decay",
+    "seed",
+    "max_length",
+    "max_grad_norm",
+    "group_by_length",
+)
 
 
 @dataclass(frozen=True)
@@ -20,7 +30,7 @@ class TrainConfig:
     steps: optimizer steps (each ``grad_accum`` micro-batches of ``batch_size``); eval_every /
     save_every: steps between evaluations / checkpoints (0 = only at the end); patience: evals
     without a new best accuracy before stopping (None = never); keep_checkpoints: step
-    checkpoints kept on disk.
+    checkpoints kept on disk; group_by_length: batch examples of similar token length (less padding).
     """
 
     steps: int
@@ -38,6 +48,7 @@ class TrainConfig:
     eval_batch_size: int = 16
     max_grad_norm: float | None = 1.0
     keep_best: bool = True
+    group_by_length: bool = False
 
     def __post_init__(self) -> None:
         """Reject impossible values early."""
@@ -57,4 +68,9 @@ class TrainConfig:
     def resume_mismatch(self, saved: dict) -> list[str]:
         """Settings that differ from a saved run's (``name: saved -> now``)."""
         now = self.to_json()
-        return [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in RESUME_KEYS if saved.get(k) != now[k]]
+        defaults = {f.name: f.default for f in fields(self)}  # a key a run saved before it existed had its default
+        return [
+            f"{k}: {saved.get(k, defaults[k])!r} -> {now[k]!r}"
+            for k in RESUME_KEYS
+            if saved.get(k, defaults[k]) != now[k]
+        ]

@@ -34,14 +34,27 @@ def split_train_eval(
     return train, held
 
 
-class BatchOrder:
-    """Batches of example indices: a fresh seeded permutation per epoch; the last batch of an epoch may be short."""
+# examples per length-sorted window when batches are grouped by length (HF Trainer's megabatch idea, 50 batches)
+GROUP_WINDOW_BATCHES = 50
 
-    def __init__(self, num_examples: int, batch_size: int, seed: int = 0) -> None:
+
+class BatchOrder:
+    """Batches of example indices: a fresh seeded permutation per epoch; the last batch of an epoch may be short.
+
+    With ``lengths`` (tokens per example) each epoch's permutation is cut into windows of
+    ``GROUP_WINDOW_BATCHES`` batches, each window is sorted by length and cut into batches, and the full
+    batches are shuffled (the short one stays last): batches hold examples of similar length, so far
+    less padding is computed, while every epoch still visits every example once in a seeded random order.
+    """
+
+    def __init__(self, num_examples: int, batch_size: int, seed: int = 0, lengths: Sequence[int] | None = None) -> None:
         """Order ``num_examples`` indices in batches of ``batch_size`` using a generator seeded with ``seed``."""
         if num_examples < 1 or batch_size < 1:
             raise ValueError(f"need examples and a positive batch size; got {num_examples} and {batch_size}")
+        if lengths is not None and len(lengths) != num_examples:
+            raise ValueError(f"need one length per example; got {len(lengths)} for {num_examples}")
         self.num_examples, self.batch_size = num_examples, batch_size
+        self.lengths = None if lengths is None else [int(n) for n in lengths]
         self.generator = torch.Generator().manual_seed(seed)
         self.perm: list[int] = []
         self.cursor = 0
@@ -50,12 +63,28 @@ class BatchOrder:
     def next_batch(self) -> list[int]:
         """The next batch of indices (drawing a new permutation at an epoch's start)."""
         if self.cursor >= len(self.perm):
-            self.perm = torch.randperm(self.num_examples, generator=self.generator).tolist()
+            self.perm = self._epoch_order()
             self.cursor = 0
             self.epoch += 1
         out = self.perm[self.cursor : self.cursor + self.batch_size]
         self.cursor += len(out)
         return out
+
+    def _epoch_order(self) -> list[int]:
+        """One epoch's order: a seeded permutation, grouped by length when lengths are known."""
+        perm = torch.randperm(self.num_examples, generator=self.generator).tolist()
+        if self.lengths is None:
+            return perm
+        size, lengths = self.batch_size, self.lengths
+        window = size * GROUP_WINDOW_BATCHES
+        batches: list[list[int]] = []
+        for start in range(0, len(perm), window):
+            part = sorted(perm[start : start + window], key=lambda i: -lengths[i])
+            batches.extend(part[k : k + size] for k in range(0, len(part), size))
+        short = [b for b in batches if len(b) < size]
+        full = [b for b in batches if len(b) == size]
+        shuffled = [full[i] for i in torch.randperm(len(full), generator=self.generator).tolist()]
+        return [i for b in shuffled + short for i in b]
 
     @property
     def epochs_done(self) -> float:

@@ -73,13 +73,24 @@ class Trainer:
         self.verbalizers: Verbalizers = verbalizer_ids(guided.base.tokenizer, self.task)
         self.device = model_device(guided)
         self.optimizer = make_optimizer(config.optimizer, self.params, config.lr, config.weight_decay)
-        self.order = BatchOrder(len(self.train_examples), config.batch_size, seed=config.seed)
+        lengths = self._token_lengths() if config.group_by_length else None
+        self.order = BatchOrder(len(self.train_examples), config.batch_size, seed=config.seed, lengths=lengths)
         self.state = TrainerState()
         self.best: dict[str, torch.Tensor] | None = None
         self.best_predictions: pd.DataFrame | None = None  # eval predictions of the best state
         self.last_predictions: pd.DataFrame | None = None  # eval predictions of the latest evaluation
         self.train_time = 0.0
         torch.manual_seed(config.seed)
+
+    def _token_lengths(self, chunk: int = 256) -> list[int]:
+        """Tokens per training example as the model sees them (rendered, truncated at ``max_length``)."""
+        renderer: PromptRenderer = self.task.template if self.prompts is None else self.prompts
+        lengths: list[int] = []
+        for start in range(0, len(self.train_examples), chunk):
+            rendered = [renderer.render(ex) for ex in self.train_examples[start : start + chunk]]
+            encoded = self.guided.base.encode(rendered, max_length=self.config.max_length, scheme=renderer.scheme)
+            lengths.extend(encoded.attention_mask.sum(1).tolist())
+        return lengths
 
     # ------------------------------------------------------------------ one step
     def _micro_batch(self) -> tuple[torch.Tensor, int, int]:

@@ -70,9 +70,11 @@ def train(
     progress: bool = True,
     field_map: Any = None,
     prompt: PromptOptions | None = None,
+    group_by_length: bool = False,
 ) -> TrainRun:
     """Train ``method_spec``'s guidance (base frozen) on ``task``; eval on ``eval_data`` or a seeded 10% split.
 
+    ``group_by_length``: batch training examples of similar token length (far less padding; same epochs).
     ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot: demonstrations
     are drawn from the training examples unless ``prompt.shots_from`` names a file).
 
@@ -103,6 +105,7 @@ def train(
         progress=progress,
         field_map=field_map,
         prompt=prompt,
+        group_by_length=group_by_length,
     )
     if out is None:
         return run(None, False)
@@ -138,6 +141,7 @@ def _train(
     progress: bool,
     field_map: Any = None,
     prompt: PromptOptions | None = None,
+    group_by_length: bool = False,
 ) -> TrainRun:
     """:func:`train` with ``out`` already claimed (or None)."""
     inputs = resolve_inputs(task, data, n, need_labels=True, field_map=field_map, prompt=prompt)
@@ -164,6 +168,7 @@ def _train(
             patience=patience,
             save_every=eval_every if save_every is None else save_every,
             max_length=max_length,
+            group_by_length=group_by_length,
         )
     except ValueError as err:
         raise UsageError(str(err)) from None

@@ -22,6 +22,42 @@ def test_batch_order_is_seeded_and_resumable():
     assert [a.next_batch() for _ in range(5)] == [c.next_batch() for _ in range(5)]
 
 
+def test_grouped_order_covers_each_epoch_and_cuts_padding():
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(10, 300, (1003,), generator=gen).tolist()
+    grouped, plain = BatchOrder(1003, 8, seed=1, lengths=lengths), BatchOrder(1003, 8, seed=1)
+    per_epoch = -(-1003 // 8)
+
+    def epoch(order: BatchOrder) -> list[list[int]]:
+        return [order.next_batch() for _ in range(per_epoch)]
+
+    def padded(batches: list[list[int]]) -> int:
+        return sum(len(b) * max(lengths[i] for i in b) for b in batches)
+
+    g1, g2, p1 = epoch(grouped), epoch(grouped), epoch(plain)
+    for batches in (g1, g2):
+        assert sorted(i for b in batches for i in b) == list(range(1003))  # every example once per epoch
+        assert [len(b) for b in batches[:-1]] == [8] * (per_epoch - 1) and len(batches[-1]) == 1003 % 8
+    assert g1 != g2  # a fresh order each epoch
+    assert padded(g1) < 0.7 * padded(p1)  # similar lengths batched together: much less padding
+    assert sum(lengths) <= padded(g1)
+    tensors, facts = grouped.state()  # resumable like the plain order
+    again = BatchOrder(1003, 8, seed=5, lengths=lengths)
+    again.load_state(tensors, facts)
+    assert epoch(grouped) == epoch(again)
+
+
+def test_resume_settings_include_grouping_and_accept_older_runs():
+    from anchorlens.training import TrainConfig
+
+    config = TrainConfig(steps=3, group_by_length=True)
+    saved = config.to_json()
+    assert config.resume_mismatch(saved) == []
+    del saved["group_by_length"]  # a run saved before the setting existed trained ungrouped
+    assert config.resume_mismatch(saved) == ["group_by_length: False -> True"]
+    assert TrainConfig(steps=3).resume_mismatch(saved) == []
+
+
 def test_split_is_seeded_and_keeps_multirc_questions_whole():
     rows = [{"idx": i, "group": i // 3, "passage_idx": 0, "label": 0} for i in range(30)]
     train, held = split_train_eval(rows, get_task("multirc"), seed=1)
