@@ -8,7 +8,9 @@
 
 Each N runs ``capture --ckpt instance`` and ``compare --ckpt base --ckpt instance --no-figures`` in their own
 processes (batch 8 unless ``--batch-size``, chunks of 32 examples); the peak RSS of each process (``wait4``'s
-ru_maxrss) and its wall time are printed with the ratio to the smallest N of the same command (corpus rows,
+ru_maxrss) and its wall time are printed with the ratio to the smallest N of the same command, and for compare
+the seconds of its phases from the run's manifest (capture of both checkpoints, task effects, statistics: paired
+tests, bootstrap CIs and FDR read back from disk) (corpus rows,
 ``capture --ckpt base --task text``: to the smallest corpus). Real rows come from ``../shared/data/superglue/RTE/train.jsonl`` (the bundled 24 examples, cycled,
 when it is absent). The corpus is made of those rows' premises joined into documents of 3-12 sentences.
 """
@@ -90,7 +92,10 @@ def main() -> int:
     batch = str(opts.batch_size)
     print(f"on {opts.base}: capture --ckpt instance / compare --ckpt base --ckpt instance --no-figures; batch {batch},")
     print("chunks of 32 examples, one process per row")
-    print(f"{'run':>22}  {'peak RSS MiB':>12}  {'x smallest':>10}  {'wall s':>8}  {'s/example':>9}")
+    print(
+        f"{'run':>22}  {'peak RSS MiB':>12}  {'x smallest':>10}  {'wall s':>8}  {'s/example':>9}  "
+        f"{'capture s':>9}  {'effects s':>9}  {'stats s':>8}"
+    )
     with tempfile.TemporaryDirectory(prefix="anchorlens-bench-memory-") as tmp:
         folder = Path(tmp)
         first: dict[str, float] = {}
@@ -104,8 +109,12 @@ def main() -> int:
                                   "--batch-size", batch, *extra])  # fmt: skip
                 first.setdefault(command, rss)
                 label = f"{command} N={n:,}"
+                phases = ""
+                if command == "compare":
+                    sec = json.loads((out / "manifest.json").read_text())["seconds"]
+                    phases = f"  {sec['capture']:>9.1f}  {sec['task_effects']:>9.1f}  {sec['statistics']:>8.1f}"
                 print(
-                    f"{label:>22}  {rss:>12,.0f}  {rss / first[command]:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}",
+                    f"{label:>22}  {rss:>12,.0f}  {rss / first[command]:>10.3f}  {wall:>8.1f}  {wall / n:>9.3f}{phases}",
                     flush=True,
                 )
                 shutil.rmtree(out, ignore_errors=True)

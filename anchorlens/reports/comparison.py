@@ -190,6 +190,8 @@ def write_comparison(
         title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
         shown = {k: v for k, v in facts.items() if k != "exactness"}  # per-layer lists stay in the manifest
+        if "seconds" in shown:
+            shown["seconds"] = ", ".join(f"{k.replace('_', ' ')} {v:,.1f} s" for k, v in shown["seconds"].items())
         exact = exactness_lines(result.facts)
         md = [
             f"# {title}",

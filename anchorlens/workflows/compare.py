@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +157,7 @@ def compare(
     added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
     summaries = Summaries(len(rows), added + tuple(m for a in anchors for m in anchor_metrics(a)))
     maps, params = {}, {}
+    clock = time.perf_counter()
     for name, model in models.items():
         with stage(f"capture {name}", len(rows), enabled=progress) as bar:
             for df in _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
@@ -165,8 +167,14 @@ def compare(
         batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
+    seconds = {"capture": time.perf_counter() - clock}
+    clock = time.perf_counter()
     effect_rows = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    seconds["task_effects"] = time.perf_counter() - clock
+    clock = time.perf_counter()
     effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
+    statistics = summaries.result(names, n_boot)
+    seconds["statistics"] = time.perf_counter() - clock
     facts = {
         "base": shared.spec,
         "base_fingerprint": shared.fingerprint(),
@@ -178,6 +186,7 @@ def compare(
         "examples": len(rows),
         "map_example": map_example,
         "roles": prompts.roles.to_json(),
+        "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
         **inputs.facts(),
         **multibase_facts(shared, used, models),
     }
@@ -193,7 +202,7 @@ def compare(
         facts=facts,
         effects=effects,
         effect_rows=effect_rows,
-        **summaries.result(names, n_boot),
+        **statistics,
     )
 
 

@@ -98,3 +98,10 @@ def test_a_run_written_whole_reads_back_too(streamed, tmp_path):
     means, curves = figure_summaries(path)
     _close(means, streamed.means)
     _close(curves, streamed.curves)
+
+
+def test_manifest_facts_time_each_phase(streamed):
+    seconds = streamed.facts["seconds"]
+    assert list(seconds) == ["capture", "task_effects", "statistics"]
+    assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
+    assert seconds["capture"] > 0  # two checkpoints' forwards were timed
