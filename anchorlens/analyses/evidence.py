@@ -70,9 +70,9 @@ def _name(text: str) -> str:
 def parse_evidence(spec: str | Sequence[str] | Mapping[str, Mapping] | None) -> EvidenceSpec:
     """``--evidence`` values (one string, several, or an already parsed mapping) -> name -> options (module docstring).
 
-    None or empty: no evidence reducer. Every reducer is built once to check its options (one UsageError line).
+    None or an empty list: no evidence reducer (an empty string is refused). Every reducer is built once to check its options (one UsageError line).
     """
-    if spec is None:
+    if spec is None or (not isinstance(spec, str | Mapping) and not list(spec)):
         return {}
     if isinstance(spec, Mapping):
         items = {_name(str(k)): dict(v or {}) for k, v in spec.items()}
