@@ -33,6 +33,7 @@ def runs(tmp_path_factory):
     return root / "on", root / "off", on.output
 
 
+@pytest.mark.slow  # two tiny compares (about a minute on two shared cores)
 def test_evidence_rows_go_to_metrics_and_the_manifest_records_them(runs):
     on, off, output = runs
     metrics = pd.read_parquet(on / "metrics.parquet")
@@ -48,6 +49,7 @@ def test_evidence_rows_go_to_metrics_and_the_manifest_records_them(runs):
     assert "input → first_token, by norm" in output  # the all-layers grid is printed
 
 
+@pytest.mark.slow  # two tiny compares (about a minute on two shared cores)
 def test_paired_csv_is_byte_identical_with_and_without_evidence(runs):
     on, off, _ = runs
     assert (on / "paired.csv").read_bytes() == (off / "paired.csv").read_bytes()
@@ -82,6 +84,7 @@ def _direct(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(out, ignore_index=True)
 
 
+@pytest.mark.slow  # two tiny compares (about a minute on two shared cores)
 def test_evidence_csv_equals_a_direct_computation_from_the_metric_rows(runs):
     on, _, _ = runs
     table = pd.read_csv(on / "evidence.csv", keep_default_na=False, na_values={"layer": [""]})
@@ -108,6 +111,7 @@ def test_evidence_csv_equals_a_direct_computation_from_the_metric_rows(runs):
     assert {"sink_rate@0.1", "sink_rate@0.3", "sink_rate_any@0.3", "massive_count"} <= set(table.measure)
 
 
+@pytest.mark.slow  # two tiny compares (about a minute on two shared cores)
 def test_summary_report_and_figures_show_the_evidence(runs, tmp_path):
     on, _, _ = runs
     summary = (on / "summary.md").read_text()
@@ -123,6 +127,7 @@ def test_summary_report_and_figures_show_the_evidence(runs, tmp_path):
     assert {p.stem for p in (tmp_path / "again").glob("*.png")} == pngs
 
 
+@pytest.mark.slow  # a tiny capture
 def test_capture_writes_evidence_rows_and_records_them(tmp_path):
     out = tmp_path / "cap"
     result = run(

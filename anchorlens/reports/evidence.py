@@ -58,7 +58,9 @@ def evidence_grid(table: pd.DataFrame, checkpoints: list[str], stack: str | None
     chosen = stack or ("decoder" if "decoder" in stacks else stacks[0])
     rows = rows[rows["stack"] == chosen]
     key_rank = rows["key"].map(lambda k: 0 if k == "first_token" else 1 if k == "sink" else 2 if k else 3)
-    measure_rank = rows["measure"].map(lambda m: 0 if m == WEIGHT else 1 if m == NORM else 2)
+    measure_rank = rows["measure"].map(
+        lambda m: 0 if m == WEIGHT else 1 if m == NORM else 3 if m == "massive_count" else 2
+    )
     rows = rows.assign(_k=key_rank, _m=measure_rank).sort_values(["_k", "key", "_m", "measure"], kind="stable")
     cells: dict[str, dict[str, str]] = {}
     for _, row in rows.iterrows():
