@@ -3,7 +3,10 @@
 ``sink_battery``, ``massive_activations`` and ``value_mass`` are not in the default set: their rows are per-example
 facts (which key or token, which dimension) whose roles differ from example to example, so as paired cells they
 would mostly not pair, and the ones that do would join every comparison's Benjamini-Hochberg family and change the
-q-values of the attention statistics the defaults report. Ask for them by name (``extra=``, ``make_reducer``).
+q-values of the attention statistics the defaults report. Ask for them by name (``extra=``, ``make_reducer``;
+``--evidence`` on ``capture``/``compare`` and ``inspect(evidence=...)``, parsed by
+:func:`anchorlens.analyses.evidence.parse_evidence`); ``compare`` reports them in ``evidence.csv``
+(:mod:`anchorlens.analyses.evidence_table`), never in ``paired.csv``.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from anchorlens.cli.options import (
     BatchOptions,
     Ckpts_,
     DataOptions,
+    EvidenceOptions,
     ExactnessOptions,
     FigureOptions,
     ModelOptions,
@@ -132,6 +133,7 @@ def compare(
     exactness: ExactnessOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
+    evidence: EvidenceOptions = EvidenceOptions(),
     map_example: Annotated[
         int,
         typer.Option(
@@ -149,7 +151,8 @@ def compare(
     try:
         data.read()
         selection = select.selection()
-        _compare(ckpt, model, data, selection, batch, claim, figures, map_example, exactness)
+        spec = evidence.spec()
+        _compare(ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec)
     finally:
         if claim is not None:
             claim.release()
@@ -165,10 +168,11 @@ def _compare(
     figures: FigureOptions,
     map_example: int,
     exactness: ExactnessOptions = ExactnessOptions(),
+    evidence: dict | None = None,
 ) -> None:
     """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
     from anchorlens import runtime as rt
-    from anchorlens.reports.comparison import effects_grid, write_comparison
+    from anchorlens.reports.comparison import effects_grid, evidence_grid, write_comparison
     from anchorlens.reports.tables import headline_grid, present_roles, to_text
     from anchorlens.workflows.compare import compare as run_compare
 
@@ -182,6 +186,7 @@ def _compare(
                 map_example=map_example,
                 progress=rt.is_main(),
                 certificate=exactness.certify(),
+                evidence=evidence,
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -192,8 +197,13 @@ def _compare(
             effects = effects_grid(result)
             if not effects.empty:
                 typer.echo(to_text(effects))
+            shown = evidence_grid(result.evidence, result.checkpoints)
+            if not shown.empty:
+                typer.echo(to_text(shown))
+            extra = ", evidence.csv" if not result.evidence.empty else ""
             typer.echo(
-                f"wrote {claim.path}/ (metrics.parquet, effects.parquet, summary.md, figures/, report.html)", err=True
+                f"wrote {claim.path}/ (metrics.parquet, effects.parquet{extra}, summary.md, figures/, report.html)",
+                err=True,
             )
         rt.barrier()
     finally:
@@ -278,6 +288,7 @@ def capture(
     batch: BatchOptions,
     exactness: ExactnessOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-capture")),
+    evidence: EvidenceOptions = EvidenceOptions(),
     chunk_size: Annotated[
         int, typer.Option("--chunk-size", parser=at_least(1), metavar="N", help="Examples per saved progress shard.")
     ] = 32,
@@ -290,6 +301,7 @@ def capture(
     """
     data.read()
     selection = select.selection()
+    spec = evidence.spec()
     from anchorlens.runtime import is_main
     from anchorlens.workflows.capture_run import run_capture
 
@@ -310,6 +322,7 @@ def capture(
         device=model.device,
         allow_other_base=model.allow_other_base,
         certificate=exactness.certify(),
+        evidence=spec,
         **data.input_kwargs(),
     )
     if is_main():

@@ -332,6 +332,28 @@ class FigureOptions:
         return {"figures": not self.no_figures}
 
 
+EVIDENCE_HELP = (
+    "Opt-in evidence reducers beside the default statistics: all, or a comma list of value_mass (norm-based mass "
+    "||A v W_O||), sink_battery (Gu et al. sink heads and rates), massive_activations (Sun et al.), each with "
+    "options after a colon, e.g. sink_battery:eps=0.1/0.3/0.5,top=5 (repeat or comma-separate)."
+)
+
+
+@dataclass(frozen=True)
+class EvidenceOptions:
+    """Which opt-in evidence reducers run beside the defaults (``--evidence``), parsed in one place."""
+
+    evidence: Annotated[list[str] | None, typer.Option("--evidence", metavar="SPEC", help=EVIDENCE_HELP)] = None
+
+    def spec(self) -> dict[str, dict[str, Any]]:
+        """name -> options of the evidence reducers asked for (empty without --evidence); UsageError for a bad spec."""
+        if not self.evidence:
+            return {}
+        from anchorlens.analyses.evidence import parse_evidence
+
+        return parse_evidence(self.evidence)
+
+
 @dataclass(frozen=True)
 class TrainingOptions:
     """Optimizer settings shared by train and sweep length (one default for both)."""
@@ -367,6 +389,7 @@ GROUPS: tuple[type, ...] = (
     BatchOptions,
     OutputOptions,
     FigureOptions,
+    EvidenceOptions,
     TrainingOptions,
 )
 

@@ -10,7 +10,9 @@
 - :func:`value_mass_curves`: per layer, the share of attention a key part gets by weight and by norm
   (||A v W_O||, Kobayashi et al. 2020) side by side.
 
-Each takes the tidy rows of one checkpoint (``checkpoint=`` picks one when the frame has several).
+Each takes the tidy rows of one checkpoint (``checkpoint=`` picks one when the frame has several): per-example rows,
+or means over examples with their row counts ``n`` (``compare``'s bounded ``means``), each mean then weighing its
+``n`` rows, which gives the same figure.
 """
 
 from __future__ import annotations
@@ -39,6 +41,32 @@ MASSIVE_LABEL = "largest |hidden state| (activation magnitude)"
 VALUE_LABEL = "share of the attention (0–1)"
 
 
+def _weighted(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``_w``: the rows each stands for (``n`` of a means frame, else 1; 0 where the value is NaN)."""
+    weight = rows["n"].astype(float) if "n" in rows.columns else pd.Series(1.0, index=rows.index)
+    value = rows["value"].astype(float)
+    return rows.assign(_w=weight.where(value.notna(), 0.0), _wv=(value * weight).where(value.notna(), 0.0))
+
+
+def _mean_by(rows: pd.DataFrame, by: str | list[str]) -> pd.Series:
+    """Mean of ``value`` per ``by`` group, every per-example row counted once (:func:`_weighted`)."""
+    sums = _weighted(rows).groupby(by)[["_wv", "_w"]].sum()
+    return sums["_wv"] / sums["_w"].where(sums["_w"] > 0)
+
+
+def _mean(rows: pd.DataFrame) -> float:
+    """Mean of ``value`` over the rows, every per-example row counted once."""
+    w = _weighted(rows)
+    return float(w["_wv"].sum() / w["_w"].sum()) if w["_w"].sum() > 0 else float("nan")
+
+
+def _shares(rows: pd.DataFrame, by: str, column: str) -> pd.DataFrame:
+    """[by x values of ``column``] share of the rows (per-example rows counted once) per ``by`` group."""
+    weight = rows["n"].astype(float) if "n" in rows.columns else pd.Series(1.0, index=rows.index)
+    sums = weight.groupby([rows[by], rows[column]]).sum().unstack(fill_value=0.0)
+    return sums.div(sums.sum(axis=1), axis=0)
+
+
 def _rows(frame: pd.DataFrame, metric: str | list[str], checkpoint: str | None) -> pd.DataFrame:
     """Rows of ``metric`` (of ``checkpoint`` when given); ValueError when there are none."""
     out = filter_eq(filter_eq(frame, "checkpoint", checkpoint), "metric", metric)
@@ -56,7 +84,7 @@ def _eps_of(frame: pd.DataFrame) -> list[float]:
 def sink_alpha_grid(frame: pd.DataFrame, *, checkpoint: str | None = None, title: str | None = None) -> Figure:
     """Layer x head heatmap of alpha_h(first key), averaged over examples; colour bar on nice numbers."""
     rows = per_head(_rows(frame, ALPHA_FIRST, checkpoint))
-    grid = rows.groupby(["layer", "head"])["value"].mean().unstack("head").sort_index().sort_index(axis=1)
+    grid = _mean_by(rows, ["layer", "head"]).unstack("head").sort_index().sort_index(axis=1)
     grid.index = pd.Index([int(v) for v in grid.index], name="layer")
     grid.columns = pd.Index([int(v) for v in grid.columns], name="head")
     lo, hi, ticks = nice_range(0.0, float(np.nanmax(grid.to_numpy(dtype=float))))
@@ -97,8 +125,8 @@ def sink_rate_curves(frame: pd.DataFrame, *, checkpoint: str | None = None, titl
             part = heads[heads["metric"] == eps_label(metric, eps)]
             if part.empty:
                 continue
-            curve = part.groupby("layer")["value"].mean().sort_index()
-            label = f"ε = {eps:g}, {what} (overall {part['value'].mean():.2f})"
+            curve = _mean_by(part, "layer").sort_index()
+            label = f"ε = {eps:g}, {what} (overall {_mean(part):.2f})"
             ax.plot(curve.index, curve.to_numpy(), style, marker="o", ms=3, color=colors[i], label=label, gid=label)
     _layer_axis(ax, heads["layer"])
     ax.set_ylim(-0.02, 1.02)
@@ -115,7 +143,7 @@ def sink_top_roles(
     """Per layer, stacked bars: the share of (example, head) cells whose rank-``rank`` key by received mass has each
     role (role colours of the run)."""
     rows = per_head(_rows(frame, f"{ALPHA_TOP}{rank}", checkpoint))
-    shares = rows.groupby("layer")["key_role"].value_counts(normalize=True).unstack(fill_value=0.0).sort_index()
+    shares = _shares(rows, "layer", "key_role").sort_index()
     roles = ordered_roles(shares.columns)
     palette = role_palette(roles)
     fig = new_figure(5.6, 3.4)
@@ -155,9 +183,9 @@ def massive_activations_figure(
     |h|; markers coloured by the role of the token that most often carries the largest entry."""
     rows = head_means(_rows(frame, [f"{TOP}1", f"{POSITION}1", MEDIAN], checkpoint))
     top = rows[rows["metric"] == f"{TOP}1"]
-    median = rows[rows["metric"] == MEDIAN].groupby("layer")["value"].mean().sort_index()
-    peak = top.groupby("layer")["value"].mean().sort_index()
-    role = top.groupby("layer")["query_role"].agg(lambda s: s.value_counts().index[0]).reindex(peak.index)
+    median = _mean_by(rows[rows["metric"] == MEDIAN], "layer").sort_index()
+    peak = _mean_by(top, "layer").sort_index()
+    role = _shares(top, "layer", "query_role").idxmax(axis=1).reindex(peak.index)
     palette = role_palette(role.unique())
     fig = new_figure(5.6, 3.4)
     ax = fig.subplots()
@@ -202,7 +230,7 @@ def value_mass_curves(
     fig = new_figure(5.6, 3.4)
     ax = fig.subplots()
     for rows, style, what in ((weight, "-", "by weight"), (norm, "--", "by norm ||A v W_O||")):
-        curve = rows.groupby("layer")["value"].mean().sort_index()
+        curve = _mean_by(rows, "layer").sort_index()
         ax.plot(curve.index, curve.to_numpy(), style, marker="o", ms=3, color=color, label=what, gid=what)
     _layer_axis(ax, part["layer"])
     ax.set_ylim(-0.02, 1.02)

@@ -7,8 +7,9 @@ transformers model plus its tokenizer, or a PEFT prompt-learning model plus its 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from anchorlens.analyses import average_heads, default_reducers, metrics_frame
+from anchorlens.analyses.evidence import parse_evidence
+from anchorlens.analyses.evidence_table import ALL_LAYERS, NORM, WEIGHT, example_evidence
 from anchorlens.capture.certificate import Certificate, certify, require_exact
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
@@ -134,7 +137,9 @@ class Inspection:
     selection: Selection
     checkpoint: str = "model"
     certificate: Certificate | None = None
+    evidence: dict = field(default_factory=dict)  # name -> options of the evidence reducers (parse_evidence)
     _png: bytes | None = field(default=None, repr=False)
+    _frame: pd.DataFrame | None = field(default=None, repr=False)
 
     def plot(
         self,
@@ -149,12 +154,64 @@ class Inspection:
         )
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
-        """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input."""
-        reducers = default_reducers(self.model.entropy_anchor() or "capsule", roles=self.prompts.roles)
-        batches = encode_batches(self.model, [self.example], self.prompts, batch_size=1)
-        stream_statistics(self.model, batches, reducers, self.selection)
-        df = metrics_frame(reducers, anchors=self.model.anchors())
-        return df if per_head else average_heads(df)
+        """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input, with the
+        evidence reducers' rows when ``inspect(evidence=...)`` asked for them (computed once)."""
+        if self._frame is None:
+            extra = dict(self.evidence)
+            reducers = default_reducers(self.model.entropy_anchor() or "capsule", roles=self.prompts.roles, extra=extra)
+            batches = encode_batches(self.model, [self.example], self.prompts, batch_size=1)
+            stream_statistics(self.model, batches, reducers, self.selection)
+            self._frame = metrics_frame(reducers, anchors=self.model.anchors())
+        return self._frame.copy() if per_head else average_heads(self._frame)
+
+    def _evidence_rows(self, reducer: str, prefixes: tuple[str, ...]) -> pd.DataFrame:
+        """Per-head rows of one evidence reducer; UsageError naming the fix when it did not run."""
+        if reducer not in self.evidence:
+            raise UsageError(f"{reducer} did not run: inspect(..., evidence='{reducer}') (or evidence='all')")
+        frame = self.metrics(per_head=True)
+        return frame[frame["metric"].astype(str).str.startswith(prefixes)].reset_index(drop=True)
+
+    @property
+    def value_mass(self) -> pd.DataFrame:
+        """``value_mass`` rows (norm_mass, norm_share, norm_total per layer, head, query and key role)."""
+        return self._evidence_rows("value_mass", ("norm_",))
+
+    @property
+    def sink_battery(self) -> pd.DataFrame:
+        """``sink_battery`` rows (alpha of the first and top keys, sink heads and rates per eps)."""
+        return self._evidence_rows("sink_battery", ("sink_",))
+
+    @property
+    def massive_activations(self) -> pd.DataFrame:
+        """``massive_activations`` rows (top |h|, their token and dimension, the median, the count)."""
+        return self._evidence_rows("massive_activations", ("massive_",))
+
+    def evidence_table(self) -> pd.DataFrame:
+        """Per layer (and ``layer`` <NA>: the mean over layers) of this input: mass input queries give the first token,
+        the sink and the anchor by weight and by norm, sink rates, massive activations (as in compare's evidence.csv)."""
+        if not self.evidence:
+            raise UsageError("no evidence reducer ran: inspect(..., evidence='all')")
+        anchors = [a for a in self.model.anchors() if a != "first_token"]
+        table = example_evidence(self.metrics(per_head=True), anchors).drop(columns="example")
+        table["layer"] = pd.array([None if v == ALL_LAYERS else int(v) for v in table["layer"]], dtype="Int64")
+        return table
+
+    def _evidence_lines(self) -> list[str]:
+        """Weight vs norm of the first token and the anchor, and the sink rates, over all layers (summary lines)."""
+        if not self.evidence:
+            return []
+        table = self.evidence_table()
+        overall = table[table["layer"].isna()]
+        pairs = overall[overall["measure"].isin([WEIGHT, NORM])].pivot_table(
+            index="key", columns="measure", values="value", sort=False
+        )
+        lines = [
+            f"  input → {key}: {row.get(WEIGHT, float('nan')):.3f} by weight, {row.get(NORM, float('nan')):.3f} by norm"
+            for key, row in pairs.iterrows()
+        ]
+        rates = overall[overall["measure"].str.startswith("sink_rate")]
+        lines += [f"  {r.measure}: {r.value:.3f} of heads" for r in rates.itertuples()]
+        return ["  evidence (mean over layers and heads):", *lines]
 
     def top_anchors(self, k: int = TOP_ANCHORS, stack: str | None = None) -> list[tuple[int, str, float]]:
         """(position, token, mean attention received) of the ``k`` keys that receive the most attention.
@@ -182,7 +239,9 @@ class Inspection:
             f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
             f"  top anchors (mean attention received): {anchors}\n"
             f"  exactness: {self.certificate.summary() if self.certificate else 'not certified'}\n"
-            f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]"
+            + "".join(f"{line}\n" for line in self._evidence_lines())
+            + f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]"
+            + ("  .value_mass  .sink_battery  .evidence_table()" if self.evidence else "")
         )
 
     def __repr__(self) -> str:
@@ -206,6 +265,9 @@ class Inspection:
             title=f"{self.checkpoint} · {stack} attention · task {self.prompts.task.name}",
             fallback_png=png,
         )
+        if self.evidence:
+            lines = "\n".join(self._evidence_lines())
+            html = f'{html}\n<pre class="anchorlens-evidence">{escape(lines)}</pre>'
         return {"text/html": html, "image/png": png, "text/plain": self.summary()}
 
 
@@ -222,6 +284,7 @@ def inspect(
     chat: bool | None = None,
     system: str | None = None,
     allow_inexact: bool = False,
+    evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
 ) -> Inspection:
     """Capture full maps of one input (a string, or a task example dict) through a model.
 
@@ -231,6 +294,9 @@ def inspect(
     punct, content). ``chat``/``system``: render through the tokenizer's chat template. ``name`` overrides
     the checkpoint title. The capture of this input is certified against eager attention (``.certificate``);
     ``allow_inexact`` keeps maps that differ from eager beyond the threshold (InexactCaptureError otherwise).
+    ``evidence``: opt-in evidence reducers (``"all"``, ``"value_mass,sink_battery:eps=0.1/0.3"``, as ``--evidence``):
+    ``.value_mass``, ``.sink_battery``, ``.massive_activations`` and ``.evidence_table()`` give their rows, and the
+    summary shows weight vs norm mass of the first token and the anchor.
     """
     _check_model_arg(model_or_spec)
     if not isinstance(text_or_example, (str, Mapping)):
@@ -244,6 +310,7 @@ def inspect(
     else:
         example, spec = dict(text_or_example), _task_for(text_or_example, task)
     _check_example(example, spec.template)
+    extra = parse_evidence(evidence)
     model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     prompts = build_prompts(spec, model.base.tokenizer, PromptOptions(chat=chat, system=system, shots=0))
     selection = Selection(layers=layers, heads=heads)
@@ -251,4 +318,6 @@ def inspect(
     certificate = certify(model, batch, selection)
     require_exact(certificate, name or checkpoint, allow_inexact)
     maps = collect_maps(model, [batch], selection, max_examples=1)[0]
-    return Inspection(model, example, prompts, maps, selection, checkpoint=name or checkpoint, certificate=certificate)
+    return Inspection(
+        model, example, prompts, maps, selection, checkpoint=name or checkpoint, certificate=certificate, evidence=extra
+    )

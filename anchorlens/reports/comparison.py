@@ -26,6 +26,7 @@ from anchorlens.figures import (
     save_figure,
 )
 from anchorlens.reports.bases import adapter_lines, base_sentence
+from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid
 from anchorlens.reports.html import grid_html, render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -91,7 +92,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
             role_flow_heatmaps(flow, checkpoints=result.checkpoints),
         )
     )
-    return out
+    return out + evidence_figures(result.means, result.checkpoints, result.facts.get("evidence"))
 
 
 def _safe(name: str) -> str:
@@ -183,6 +184,10 @@ def write_comparison(
             result.effects.to_csv(tmp / "task_effects.csv", index=False)
             write_metrics(result.effect_rows, tmp / "effects")
         effect_lines = ["## Task effects", "", effects_note(result), "", to_markdown(effects), ""]
+        evidence = evidence_grid(result.evidence, result.checkpoints)
+        if not result.evidence.empty:
+            result.evidence.to_csv(tmp / "evidence.csv", index=False)
+        evidence_lines = ["## Evidence beyond attention weights", "", EVIDENCE_NOTE, "", to_markdown(evidence), ""]
         save_maps(result.maps, tmp / "maps")
         rendered = []
         if figures:
@@ -212,6 +217,7 @@ def write_comparison(
             *(f"- {n}" for n in fixed_notes(result.headline)),
             "",
             *(effect_lines if not effects.empty else []),
+            *(evidence_lines if not evidence.empty else []),
         ]
         (tmp / "summary.md").write_text("\n".join(md))
         (tmp / "report.html").write_text(
@@ -221,7 +227,10 @@ def write_comparison(
                 grid,
                 rendered,
                 [*other_base_warnings(result.facts)[:-1], *exact, DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
-                tables=[(effects_note(result), grid_html(effects))] if not effects.empty else [],
+                tables=[
+                    *([(effects_note(result), grid_html(effects))] if not effects.empty else []),
+                    *([(EVIDENCE_NOTE, grid_html(evidence))] if not evidence.empty else []),
+                ],
             )
         )
         write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
@@ -276,6 +285,7 @@ def load_comparison(run_dir: str | Path) -> Comparison:
     checkpoints = facts.pop("checkpoints")
     means, curves = figure_summaries(metrics)
     effects = read("task_effects.csv") if (run / "task_effects.csv").exists() else pd.DataFrame()
+    evidence = read_evidence(run / "evidence.csv")
     rows = next((p for p in (run / "effects.parquet", run / "effects.csv") if p.exists()), None)
     effect_rows = (
         pd.DataFrame() if rows is None else pd.read_parquet(rows) if rows.suffix == ".parquet" else read(rows.name)
@@ -292,4 +302,17 @@ def load_comparison(run_dir: str | Path) -> Comparison:
         metrics_file=metrics,
         effects=effects,
         effect_rows=effect_rows,
+        evidence=evidence,
     )
+
+
+def read_evidence(path: Path) -> pd.DataFrame:
+    """A run's evidence.csv (empty when the run had no evidence reducers): ``layer`` <NA> on the all-layers rows."""
+    if not path.exists():
+        return pd.DataFrame()
+    table = pd.read_csv(
+        path, keep_default_na=False, na_values={"layer": [""], "mean": [""], "ci_lo": [""], "ci_hi": [""]}
+    )
+    table["layer"] = table["layer"].astype("Int64")
+    table["key"] = table["key"].astype(str)
+    return table

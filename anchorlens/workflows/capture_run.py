@@ -14,13 +14,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.analyses.evidence import evidence_record
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.run import check_selection
@@ -153,13 +154,16 @@ def run_capture(
     allow_other_base: bool = False,
     on_chunk_saved: Callable[[int], None] | None = None,
     certificate: CertifyOptions = CertifyOptions(),
+    evidence: Mapping[str, Mapping] | None = None,
 ) -> Path:
     """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable).
 
     OUT is claimed by rank 0 before anything is computed and held until the end. on_chunk_saved(chunk)
     runs after each chunk's progress is committed (see :func:`~anchorlens.runtime.shards.run_chunks`).
     ``certificate``: the capture is checked against eager on the first examples before any chunk (the manifest's
-    ``exactness``); an inexact capture stops the run unless allowed.
+    ``exactness``); an inexact capture stops the run unless allowed. ``evidence``: opt-in evidence reducers added to
+    the defaults (name -> options, :func:`~anchorlens.analyses.evidence.parse_evidence`); their rows go to
+    metrics.parquet and the manifest's ``evidence`` records which ran, with their options.
     """
     if batch_size < 1 or chunk_size < 1:
         raise UsageError(f"--batch-size and --chunk-size must be at least 1 (got {batch_size}, {chunk_size})")
@@ -184,15 +188,16 @@ def run_capture(
         rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
 
         def make_reducers() -> list:
-            return default_reducers(entropy_anchor, roles=prompts.roles)
+            return default_reducers(entropy_anchor, roles=prompts.roles, extra=dict(evidence or {}))
 
+        reducers = make_reducers()
         key, facts = run_identity(
             ckpt,
             base_obj,
             model,
             inputs,
             selection,
-            make_reducers(),
+            reducers,
             anchors,
             prompts=prompts,
             rows=rows,
@@ -218,6 +223,7 @@ def run_capture(
             "roles": prompts.roles.to_json(),
             "world_size": info.world_size,
             "launcher": info.launcher,
+            "evidence": evidence_record(reducers),
             **({"exactness": exactness} if exactness is not None else {}),
         }
         store = rt.agree(lambda: prepare_out(claim, key, force, facts) if claim is not None else None)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from anchorlens.analyses.defaults import default_reducers
+from anchorlens.analyses.evidence import evidence_record, parse_evidence
 from anchorlens.analyses.frames import conform
 from anchorlens.analyses.headline import anchor_metrics, run_headline
 from anchorlens.capture.certificate import CertifyOptions
@@ -52,6 +54,7 @@ class Comparison:
     scratch: Any = field(default=None, repr=False)  # keeps a temporary metrics_file alive with the comparison
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # task effects table (see effects_table)
     effect_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # per example: checkpoint, example, metric, value
+    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # evidence.csv (analyses.evidence_table); empty: off
 
     @property
     def metrics(self) -> pd.DataFrame:
@@ -112,6 +115,7 @@ def compare(
     max_length: int | None = None,
     certificate: CertifyOptions = CertifyOptions(),
     chunk_size: int = 32,
+    evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -120,10 +124,13 @@ def compare(
     ``max_length``: a text task's window (and every input's truncation); ``chunk_size``: examples per chunk (memory
     holds one chunk's rows; every per-example row goes to disk as its chunk finishes); ``certificate``: each
     checkpoint's capture is checked against eager on the first examples first (``facts["exactness"]``), an inexact
-    one refused.
+    one refused. ``evidence``: opt-in evidence reducers (``"all"``, ``"value_mass,sink_battery:eps=0.1/0.3"`` or
+    name -> options, :func:`~anchorlens.analyses.evidence.parse_evidence`): their rows go to metrics.parquet, and
+    ``evidence`` (evidence.csv: weight vs norm mass, sink rates, massive activations) is filled; never in ``paired``.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
+    extra = parse_evidence(evidence)
     inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
     shared = load_base(run_base_spec(ckpts, base), dtype=dtype, device=device)  # the first checkpoint's model=, or base
     prompts = inputs.prompts(shared.tokenizer, max_length)
@@ -155,12 +162,20 @@ def compare(
     names = list(models)
     anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
     added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
-    summaries = Summaries(len(rows), added + tuple(m for a in anchors for m in anchor_metrics(a)))
+    evidence_anchors = {name: [a for a in models[name].anchors() if a != "first_token"] for name in names}
+    summaries = Summaries(
+        len(rows),
+        added + tuple(m for a in anchors for m in anchor_metrics(a)),
+        evidence_anchors=evidence_anchors if extra else None,
+    )
     maps, params = {}, {}
     clock = time.perf_counter()
     for name, model in models.items():
         with stage(f"capture {name}", len(rows), enabled=progress) as bar:
-            for df in _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
+            frames = _chunk_frames(
+                model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra
+            )
+            for df in frames:
                 summaries.add(name, df)
                 bar.update(0, rows=summaries.writer.rows)
         one = [rows[map_example]]
@@ -187,6 +202,7 @@ def compare(
         "map_example": map_example,
         "roles": prompts.roles.to_json(),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
+        **({"evidence": evidence_record(default_reducers(roles=prompts.roles, extra=extra))} if extra else {}),
         **inputs.facts(),
         **multibase_facts(shared, used, models),
     }
@@ -206,20 +222,21 @@ def compare(
     )
 
 
-def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar):
+def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):
     """Each chunk's metric rows of ``model`` (memory holds one chunk). Under torchrun, one frame of every example:
     the ranks share the examples and all-reduce their reducer states in memory (``capture`` is the dataset-scale
     path under torchrun: per-rank shards on disk)."""
     if rt.initialized() and rt.dist_info().world_size > 1:
         yield capture_statistics(
             model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
-            prompts=prompts,
+            prompts=prompts, evidence=evidence,
         )  # fmt: skip
         return
     for ids in chunk_indices(len(rows), chunk_size):
         yield chunk_statistics(
-            model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar
-        )
+            model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
+            evidence=evidence,
+        )  # fmt: skip
 
 
 def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, batch_size: int) -> None:

@@ -7,6 +7,8 @@
 - the paired metrics' values (per head, and averaged over heads) go to :class:`~anchorlens.analyses.spill.CellSpill`
   files, read back one block of cells at a time for the paired tests, bootstrap CIs and BH of ``paired.csv``;
 - the headline's per-example values (a few numbers per example) stay in memory for ``headline.csv``;
+- with the evidence reducers on, :class:`~anchorlens.analyses.evidence_table.EvidenceSummaries`: per-example weight
+  vs norm mass, sink rates and massive activations spilled to disk for ``evidence.csv`` (never in ``paired.csv``);
 - :class:`FigureSummaries`: each cell's mean over examples (head grids, role flow, attention budget, the demo's
   per-layer view) and the layer curves' bootstrap summaries, whatever the number of examples.
 
@@ -16,7 +18,7 @@ The numbers equal the in-memory functions over the whole frame (``compare_frames
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import pandas as pd
 
 from anchorlens.analyses import average_heads
 from anchorlens.analyses.compare import HeadlineRows, compare_spill, headline_from_rows, paired_cell
+from anchorlens.analyses.evidence_table import EvidenceSummaries
 from anchorlens.analyses.frames import ROW_KEYS, arrow_schema, conform
 from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS, HeadlineMetric
 from anchorlens.analyses.spill import CellMeans, CellSpill
@@ -146,9 +149,18 @@ class FigureSummaries:
 class Summaries:
     """Everything ``compare`` reports, gathered chunk by chunk (see the module docstring)."""
 
-    def __init__(self, n_examples: int, headline: Sequence[HeadlineMetric]) -> None:
+    def __init__(
+        self,
+        n_examples: int,
+        headline: Sequence[HeadlineMetric],
+        evidence_anchors: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """``evidence_anchors``: checkpoint -> its guidance roles, when the evidence reducers run (None: off)."""
         self.scratch = tempfile.TemporaryDirectory(prefix="anchorlens-compare-")
         folder = Path(self.scratch.name)
+        self.evidence = (
+            None if evidence_anchors is None else EvidenceSummaries(folder / "evidence", n_examples, evidence_anchors)
+        )
         self.writer = MetricsWriter(folder / "metrics.parquet")
         self.per_head = CellSpill(folder / "paired", CELL, n_examples)
         self.layer_means = CellSpill(folder / "layers", CELL, n_examples)
@@ -164,12 +176,14 @@ class Summaries:
             self.layer_means.add(checkpoint, average_heads(keep))
             self.headline.add(checkpoint, df)
             self.figures.add(checkpoint, df)
+            if self.evidence is not None:
+                self.evidence.add(checkpoint, df)
         except BaseException:
             self.writer.abandon()  # no open writer left to fail again when collected
             raise
 
     def result(self, names: Sequence[str], n_boot: int) -> dict:
-        """headline, paired, means, curves, metrics_file and scratch: the fields of a Comparison."""
+        """headline, paired, means, curves, metrics_file, scratch and evidence: the fields of a Comparison."""
         self.writer.close()
         per, fixed = self.headline.result()
         headline = headline_from_rows(per, fixed, names, self.headline.metrics, n_boot=n_boot)
@@ -188,6 +202,7 @@ class Summaries:
             "curves": self.figures.curve_summary(),
             "metrics_file": self.writer.path,
             "scratch": self.scratch,
+            "evidence": pd.DataFrame() if self.evidence is None else self.evidence.table(names, n_boot),
         }
 
 

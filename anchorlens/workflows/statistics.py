@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 
 import pandas as pd
@@ -26,9 +26,11 @@ def capture_statistics(
     anchors: Sequence[str] | None = None,
     progress=None,
     prompts: Prompts | None = None,
+    evidence: Mapping[str, Mapping] | None = None,
 ) -> pd.DataFrame:
     """Per-example metric rows (reducers + derived metrics) of ``model`` on ``inputs`` (rendered by ``prompts``, built
-    from the inputs and the model's tokenizer when not given)."""
+    from the inputs and the model's tokenizer when not given); ``evidence``: the opt-in evidence reducers to add
+    (name -> options, :func:`~anchorlens.analyses.evidence.parse_evidence`)."""
     from anchorlens.methods import load_guided
 
     model = load_guided(model)  # a Base becomes GuidedModel(base); a GuidedModel passes
@@ -40,7 +42,7 @@ def capture_statistics(
     ids = list(range(len(rows)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
         ids = rt.shard(ids, info.rank, info.world_size)
-    reducers = default_reducers(entropy_anchor, roles=prompts.roles)
+    reducers = default_reducers(entropy_anchor, roles=prompts.roles, extra=dict(evidence or {}))
     stream_statistics(
         model, _batches(model, rows, ids, prompts, batch_size, max_length), reducers, selection, progress=progress
     )
@@ -66,11 +68,14 @@ def chunk_statistics(
     max_length: int | None = None,
     anchors: Sequence[str] | None = None,
     progress=None,
+    evidence: Mapping[str, Mapping] | None = None,
 ) -> pd.DataFrame:
     """Per-example metric rows of the examples ``rows[ids]`` (one chunk of a run: fresh reducers, so memory holds
-    this chunk only); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``."""
+    this chunk only); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``; ``evidence``: the opt-in evidence
+    reducers to add (name -> options)."""
     anchors = tuple(anchors or model.anchors())
-    reducers = default_reducers(model.entropy_anchor() or "capsule", roles=prompts.roles)
+    extra = dict(evidence or {})
+    reducers = default_reducers(model.entropy_anchor() or "capsule", roles=prompts.roles, extra=extra)
     batches = _batches(model, rows, ids, prompts, batch_size, max_length)
     stream_statistics(model, batches, reducers, selection, progress=progress)
     return metrics_frame(reducers, anchors=anchors)
