@@ -1,17 +1,20 @@
 """Peer benchmark: anchorlens capture against a plain forward, HF eager attentions and (if installed) peers.
 
-Every mode runs in its own fresh process on the embedded SmolLM2-135M and the first 64 real RTE training
-examples (batch 8, length-sorted), interleaved over ``--repeats`` rounds (default 5; the order of the modes
+Every mode runs in its own fresh process on the embedded SmolLM2-135M and the first 64 (``--n``) real RTE
+training examples (batch 8, length-sorted), interleaved over ``--repeats`` rounds (default 5; the order of the modes
 rotates from round to round, so no mode always runs first or after the same one). Reported per mode: median
 CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS, and the largest
 |Δ| of per-example, per-layer, per-head first-token mass against HF eager ``output_attentions``.
 
 Modes: ``plain`` (sdpa, ``logits_to_keep=1``), ``eager`` (eager + output_attentions, every layer's
 first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchorlens streaming with the
-default reducers), ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
+default reducers, as ``capture`` runs them: chunks of 32 examples whose rows go to a parquet file on disk, so
+nothing of a finished chunk stays in memory), ``evidence`` (``fast`` plus the opt-in evidence reducers
+``value_mass``, ``sink_battery`` and ``massive_activations``: what ``--evidence all`` costs), ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
 ``transformerlens`` only when importable (optional extras, never installed by anchorlens).
 
-Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 5] [--threads 1] [--modes plain,eager,fast]``.
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 5] [--threads 1] [--n 64]
+[--modes plain,eager,fast,evidence]``.
 The machine may be shared: compare the ratios measured side by side, not absolute times.
 """
 
@@ -34,7 +37,7 @@ import numpy as np
 import torch
 
 RTE = Path(__file__).resolve().parents[2] / "shared" / "data" / "superglue" / "RTE" / "train.jsonl"  # ../shared
-N_EXAMPLES, BATCH = 64, 8
+N_EXAMPLES, BATCH, CHUNK = 64, 8, 32
 
 
 def rte_batches(base, n: int = N_EXAMPLES, batch_size: int = BATCH):
@@ -105,15 +108,18 @@ def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarra
     return out
 
 
-def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
+def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np.ndarray]]:
     """Run one mode over all batches; (cpu seconds, wall seconds, example -> [L, H] first-token mass)."""
-    from anchorlens.analyses import default_reducers
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from anchorlens.analyses import EVIDENCE_REDUCERS, default_reducers
     from anchorlens.capture.collect import collect_maps, stream_statistics
     from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
 
     base = load_base("smollm2-135m")
-    batches = rte_batches(base)
+    batches = rte_batches(base, n)
     cfg: Any = base.model.config
     layers, heads = cfg.num_hidden_layers, cfg.num_attention_heads
     masses: dict[int, np.ndarray] = {}
@@ -127,10 +133,24 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
             m = eager_statistics(base, b)
             masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
 
-    def streaming(bs, which):
-        reducers = default_reducers()
-        stream_statistics(base, bs, reducers, options=CaptureOptions(mode=which))
-        masses.update(masses_from_frame(reducers[1].frame(), layers, heads))
+    def streaming(bs, which, extra=()):
+        per_chunk = CHUNK // BATCH
+        with tempfile.TemporaryDirectory() as tmp:
+            writers: dict[str, Any] = {}  # one parquet file per reducer (their row schemas differ)
+            for start in range(0, len(bs), per_chunk):
+                reducers = default_reducers(extra=extra)
+                stream_statistics(base, bs[start : start + per_chunk], reducers, options=CaptureOptions(mode=which))
+                for reducer in reducers:  # each chunk's rows to disk, as capture writes them
+                    frame = reducer.frame()
+                    if frame.empty:
+                        continue
+                    table = pa.Table.from_pandas(frame, preserve_index=False)
+                    if reducer.name not in writers:
+                        writers[reducer.name] = pq.ParquetWriter(Path(tmp) / f"{reducer.name}.parquet", table.schema)
+                    writers[reducer.name].write_table(table.cast(writers[reducer.name].schema))
+                masses.update(masses_from_frame(reducers[1].frame(), layers, heads))
+            for writer in writers.values():
+                writer.close()
 
     def maps(bs):
         for amap in collect_maps(base, bs, max_examples=len(bs) * BATCH):
@@ -146,6 +166,7 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
         "eager": eager,
         "fast": lambda bs: streaming(bs, "fast"),
         "strict": lambda bs: streaming(bs, "strict"),
+        "evidence": lambda bs: streaming(bs, "fast", EVIDENCE_REDUCERS),
         "maps": maps,
     }
     fn = fns[mode] if mode in fns else (lambda bs: peer(bs, mode))
@@ -156,9 +177,9 @@ def run_mode(mode: str) -> tuple[float, float, dict[int, np.ndarray]]:
     return time.process_time() - cpu, time.perf_counter() - wall, masses
 
 
-def child(mode: str, out: Path) -> None:
+def child(mode: str, out: Path, n: int) -> None:
     """Measure one mode in this (fresh) process and write its numbers and masses."""
-    cpu, wall, masses = run_mode(mode)
+    cpu, wall, masses = run_mode(mode, n)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     if masses:
         ids = sorted(masses)
@@ -168,7 +189,7 @@ def child(mode: str, out: Path) -> None:
 
 def available_modes() -> list[str]:
     """The built-in modes plus peers that can be imported here."""
-    modes = ["plain", "eager", "fast", "strict", "maps"]
+    modes = ["plain", "eager", "fast", "strict", "evidence", "maps"]
     if importlib.util.find_spec("nnsight") is not None:
         print("nnsight is importable but its loop is not implemented in this benchmark; skipped")
     if importlib.util.find_spec("transformer_lens") is not None:
@@ -184,10 +205,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--modes", default=None, help="comma-separated subset of modes")
+    parser.add_argument("--n", type=int, default=N_EXAMPLES, help="RTE training examples per run")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        child(args.child, Path(args.out))
+        child(args.child, Path(args.out), args.n)
         return
     modes = args.modes.split(",") if args.modes else available_modes()
     results: dict[str, list[dict]] = {m: [] for m in modes}
@@ -196,7 +218,18 @@ def main() -> None:
             for mode in rotated(modes, r):  # within a round the machine drifts too
                 out = Path(tmp) / f"{mode}-{r}.json"
                 subprocess.run(
-                    [sys.executable, __file__, "--child", mode, "--out", str(out), "--threads", str(args.threads)],
+                    [
+                        sys.executable,
+                        __file__,
+                        "--child",
+                        mode,
+                        "--out",
+                        str(out),
+                        "--threads",
+                        str(args.threads),
+                        "--n",
+                        str(args.n),
+                    ],  # fmt: skip
                     check=True,
                 )
                 results[mode].append(json.loads(out.read_text()))
@@ -211,7 +244,7 @@ def main() -> None:
     }
     base_cpu, base_wall = med["plain"]["cpu"], med["plain"]["wall"]
     print(
-        f"\nSmolLM2-135M, {N_EXAMPLES} RTE examples, batch {BATCH}, {args.threads} thread(s), "
+        f"\nSmolLM2-135M, {args.n} RTE examples, batch {BATCH}, {args.threads} thread(s), "
         f"median of {args.repeats} interleaved rounds, each mode in its own process"
     )
     # each round runs every mode back to back (in a rotating order), so a round's ratio pairs measurements
