@@ -332,6 +332,8 @@ def test_compare_no_figures_writes_tables_only(tmp_path):
     assert result.exit_code == 0, result.output
     assert (out / "metrics.parquet").is_file() and (out / "report.html").is_file()
     assert not (out / "figures").exists() or not any((out / "figures").iterdir())
+    assert "summary.md, report.html)" in result.output and "figures/" not in result.output  # says what it wrote
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # the spill beside --out is gone once it is read
 
 
 def test_demo_called_directly_gets_the_flag_defaults(capsys, tmp_path, monkeypatch):

@@ -187,6 +187,7 @@ def _compare(
                 progress=rt.is_main(),
                 certificate=exactness.certify(),
                 evidence=evidence,
+                scratch_dir=None if claim is None else claim.path.parent,  # the run's own disk, not /tmp
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -201,8 +202,9 @@ def _compare(
             if not shown.empty:
                 typer.echo(to_text(shown))
             extra = ", evidence.csv" if not result.evidence.empty else ""
+            drawn = "" if figures.no_figures else ", figures/"
             typer.echo(
-                f"wrote {claim.path}/ (metrics.parquet, effects.parquet{extra}, summary.md, figures/, report.html)",
+                f"wrote {claim.path}/ (metrics.parquet, effects.parquet{extra}, summary.md{drawn}, report.html)",
                 err=True,
             )
         rt.barrier()

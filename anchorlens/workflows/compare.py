@@ -116,6 +116,7 @@ def compare(
     certificate: CertifyOptions = CertifyOptions(),
     chunk_size: int = 32,
     evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
+    scratch_dir: str | Path | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -127,6 +128,8 @@ def compare(
     one refused. ``evidence``: opt-in evidence reducers (``"all"``, ``"value_mass,sink_battery:eps=0.1/0.3"`` or
     name -> options, :func:`~anchorlens.analyses.evidence.parse_evidence`): their rows go to metrics.parquet, and
     ``evidence`` (evidence.csv: weight vs norm mass, sink rates, massive activations) is filled; never in ``paired``.
+    ``scratch_dir``: where the per-example spill lives while the statistics run (about 24 bytes × paired cells ×
+    examples × checkpoints; default the system's temp dir).
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -167,6 +170,7 @@ def compare(
         len(rows),
         added + tuple(m for a in anchors for m in anchor_metrics(a)),
         evidence_anchors=evidence_anchors if extra else None,
+        scratch_dir=scratch_dir,
     )
     maps, params = {}, {}
     clock = time.perf_counter()

@@ -154,9 +154,14 @@ class Summaries:
         n_examples: int,
         headline: Sequence[HeadlineMetric],
         evidence_anchors: Mapping[str, Sequence[str]] | None = None,
+        scratch_dir: str | Path | None = None,
     ) -> None:
-        """``evidence_anchors``: checkpoint -> its guidance roles, when the evidence reducers run (None: off)."""
-        self.scratch = tempfile.TemporaryDirectory(prefix="anchorlens-compare-")
+        """``evidence_anchors``: checkpoint -> its guidance roles, when the evidence reducers run (None: off);
+        ``scratch_dir``: where the spill's temporary folder goes (default the system's temp dir; ``compare --out``
+        puts it beside the output, on the disk the user chose for the run)."""
+        if scratch_dir is not None:
+            Path(scratch_dir).mkdir(parents=True, exist_ok=True)
+        self.scratch = tempfile.TemporaryDirectory(prefix=".anchorlens-compare-scratch-", dir=scratch_dir)
         folder = Path(self.scratch.name)
         self.evidence = (
             None if evidence_anchors is None else EvidenceSummaries(folder / "evidence", n_examples, evidence_anchors)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -105,3 +107,13 @@ def test_manifest_facts_time_each_phase(streamed):
     assert list(seconds) == ["capture", "task_effects", "statistics"]
     assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
     assert seconds["capture"] > 0  # two checkpoints' forwards were timed
+
+
+def test_the_spill_goes_where_it_is_told_and_leaves_nothing(tmp_path):
+    from anchorlens.workflows.compare_summaries import Summaries
+
+    summaries = Summaries(3, HEADLINE, scratch_dir=tmp_path / "beside-out")
+    folder = Path(summaries.scratch.name)
+    assert folder.parent == tmp_path / "beside-out" and folder.name.startswith(".anchorlens-compare-scratch-")
+    summaries.scratch.cleanup()
+    assert not folder.exists()
