@@ -143,6 +143,7 @@ def test_spec_prints_back_to_an_equal_config():
         "knockout:keys=pos=0,queries=content,heads=0/2/5-7,mode=zero",
         "capsule+knockout:keys=capsule,mode=value",
         "knockout:keys=first",
+        "instance+knockout:keys=instance,layers=1/3,mode=mean",
     ):
         spec = parse_spec(text)
         assert parse_spec(str(spec)) == spec
@@ -153,7 +154,6 @@ def test_spec_prints_back_to_an_equal_config():
 @pytest.mark.parametrize(
     "spec, words",
     [
-        ("knockout:mode=mean", "not available yet"),
         ("knockout:mode=shuffle", "unknown knockout mode"),
         ("knockout:layers=5-2", "reversed range"),
         ("knockout:layers=x", "not a list of indices"),
