@@ -111,11 +111,10 @@ class KnockoutConfig(MethodConfig):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise UsageError(f"knockout: option {name} needs a value; got {value!r}")
-            object.__setattr__(
-                self,
-                name,
-                value.strip().lower().replace("-", "_") if name in ("keys", "queries") else value.strip().lower(),
-            )
+            value = value.strip().lower()
+            if name in ("keys", "queries") and not value.startswith(_POS):  # role names: - is _ (pos=-1 stays)
+                value = value.replace("-", "_")
+            object.__setattr__(self, name, value)
         super().__post_init__()
         parse_index_list(self.layers, "layers")
         parse_index_list(self.heads, "heads")

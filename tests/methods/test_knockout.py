@@ -149,6 +149,8 @@ def test_spec_prints_back_to_an_equal_config():
         assert parse_spec(str(spec)) == spec
     assert str(parse_spec("instance+knockout:keys=instance,mode=renorm")) == "instance+knockout:keys=instance"
     assert KnockoutConfig(keys="first").key_position() == 0
+    assert KnockoutConfig(keys="pos=-1").key_position() == -1  # negative positions count from the end
+    assert KnockoutConfig(keys="hypothesis-words").keys == "hypothesis_words"
 
 
 @pytest.mark.parametrize(

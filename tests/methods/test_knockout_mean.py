@@ -134,16 +134,26 @@ def test_mean_knockout_matches_reference(tiny_base, name, heads):
     assert (got[valid] - _logits(plain, batch)[valid]).abs().max() > 1e-4  # the knockout changed something
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
-def test_mean_of_one_key_is_that_key_and_changes_nothing(tiny_base, name):
+@pytest.mark.parametrize(
+    "name, method, keys",
+    [
+        ("tiny-llama", "instance", "instance"),
+        ("tiny-qwen2", "instance", "instance"),
+        ("tiny-llama", "capsule", "capsule"),  # a per-layer position: its mean is taken inside every block
+        ("tiny-qwen2", "prompt:n=1", "soft_prompt"),
+        ("tiny-llama", "base", "pos=-1"),
+    ],
+)
+def test_mean_of_one_key_is_that_key_and_changes_nothing(tiny_base, name, method, keys):
     """One example, one key: the dataset mean is the key's own state, so the outputs are unchanged."""
     base = tiny_base(name)
     batch = base.encode([get_task("rte").template.render(bundled_examples("rte")[0])])
-    knocked = load_guided("instance+knockout:keys=instance,mode=mean", base)
+    prefix = "" if method == "base" else f"{method}+"
+    knocked = load_guided(f"{prefix}knockout:keys={keys},mode=mean", base)
     knocked.prepare([batch])
-    plain = _logits(load_guided("instance", base), batch)
+    plain = _logits(load_guided(method, base), batch)
     assert torch.allclose(_logits(knocked, batch), plain, atol=1e-5)
-    other = load_guided("instance+knockout:keys=instance,mode=renorm", base)
+    other = load_guided(f"{prefix}knockout:keys={keys},mode=renorm", base)
     assert (_logits(other, batch) - plain).abs().max() > 1e-4  # a knockout that does act, for contrast
 
 
