@@ -59,6 +59,7 @@ class GuidedModel:
         self.meta: dict[str, Any] = {}
         self._sites: dict[int, Site] | None = None
         self._knockouts_paused = False
+        self._first_pass_for = ""  # the model (``name``) the mean knockouts' first pass ran on
         inserted = tuple(r.label for r in self.anchor_roles())
         for ko in self.knockout_list():
             ko.check_roles(None, inserted)  # the run's own roles are checked once known
@@ -143,6 +144,7 @@ class GuidedModel:
         knockouts = tuple(self.knockout_list())
         if not knockouts or self._knockouts_paused:
             return self._forward(batch, **kwargs)
+        self._drop_stale_means()
         for ko in knockouts:
             ko.check_prepared()
         batch = batch.to(self.device)
@@ -155,7 +157,15 @@ class GuidedModel:
 
     def needs_first_pass(self) -> bool:
         """Whether a knockout needs a first pass over the run's inputs (``mode=mean`` without its means)."""
+        self._drop_stale_means()
         return any(ko.needs_first_pass for ko in self.knockout_list())
+
+    def _drop_stale_means(self) -> None:
+        """Forget the mean knockouts' means when the model changed since their first pass (a guidance moved)."""
+        if self._first_pass_for and self._first_pass_for != self.name:
+            for ko in self.knockout_list():
+                ko.means = None
+            self._first_pass_for = ""
 
     @torch.no_grad()
     def prepare(self, batches: Iterable[Encoded]) -> list[dict[str, Any]]:
@@ -177,6 +187,7 @@ class GuidedModel:
                     self.forward(batch, **({"logits_to_keep": 1} if last_only else {}))
         report = collector.finish()
         self.meta["first_pass"] = report
+        self._first_pass_for = self.name
         return report
 
     @contextmanager

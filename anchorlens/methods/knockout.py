@@ -17,9 +17,12 @@ asks :func:`current_edit` which (query, key) weights to remove at the module it 
   (:mod:`anchorlens.methods.knockout_mean`). The keys' own rows (their queries, their residual stream, the layers
   above) are untouched: only what the selected queries read from them changes. The key and value are computed by
   the attention module itself from the mean (its projections, biases, key norm and rotary embedding at the key's
-  own position), so with the usual linear projections this is exactly TransformerLens-style mean ablation of the
-  pre-rotary key and value (``hook_k``/``hook_v``). It needs the first pass: the workflows make it (one extra
-  forward over the run's inputs); a model loaded directly needs ``GuidedModel.prepare(batches)`` before it runs.
+  own position), so with the usual linear projections this is exactly a position-independent mean ablation of the
+  pre-rotary key and value (TransformerLens's ``hook_k``/``hook_v``, not ``hook_rot_k``); with a key norm (Qwen3,
+  Gemma 3) the key is the norm of the mean input's projection, not the mean key. The mean is of the normalised
+  input, not the residual stream (the normalisation is not linear: the two differ). It needs the first pass: the
+  workflows make it (one extra forward over the run's inputs); a model loaded directly needs
+  ``GuidedModel.prepare(batches)`` before it runs (a forward without it is a one-line UsageError).
   Decoder-only bases only; prefix keys (prefix tuning) have no hidden state and cannot be mean-ablated.
 
 ``zero`` and ``value`` give the same outputs (a key whose value is zero adds nothing, exactly as a key whose weight

@@ -193,3 +193,16 @@ def test_mean_refuses_keys_the_inputs_lack_and_prefix_keys(tiny_base):
         load_guided("knockout:keys=premise_words,mode=mean", base).prepare([batch])
     with pytest.raises(UsageError, match="prefix keys have none"):
         load_guided("prefix+knockout:keys=pos=0,mode=mean", base).prepare([batch])
+
+
+def test_moving_the_anchor_asks_for_a_new_first_pass(tiny_base):
+    """The means belong to the model they were computed on: a moved instance token needs its own."""
+    base = tiny_base("tiny-llama")
+    batch = rte_batch(base, "right")
+    model = load_guided("instance+knockout:keys=instance,mode=mean", base)
+    model.prepare([batch])
+    assert not model.needs_first_pass()
+    model.guidance_list()[0].position = "last"
+    assert model.needs_first_pass()
+    with pytest.raises(UsageError, match="needs the dataset mean"):
+        model.forward(batch)
