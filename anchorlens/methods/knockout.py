@@ -23,7 +23,7 @@ asks :func:`current_edit` which (query, key) weights to remove at the module it 
   input, not the residual stream (the normalisation is not linear: the two differ). It needs the first pass: the
   workflows make it (one extra forward over the run's inputs); a model loaded directly needs
   ``GuidedModel.prepare(batches)`` before it runs (a forward without it is a one-line UsageError).
-  Decoder-only bases only; prefix keys (prefix tuning) have no hidden state and cannot be mean-ablated.
+  Not on encoder-decoder bases (T5); prefix keys (prefix tuning) have no hidden state and cannot be mean-ablated.
 
 ``zero`` and ``value`` give the same outputs (a key whose value is zero adds nothing, exactly as a key whose weight
 is zero); they differ in the weights a capture reports.
@@ -183,8 +183,8 @@ class Knockout(Guidance):
         adapter = base.adapter
         if self.config.mode == "mean" and base.is_encoder_decoder:
             raise UsageError(
-                f"{self.describe()}: mode=mean supports decoder-only bases ({base.spec} is an encoder-decoder); "
-                "use mode=renorm, zero or value"
+                f"{self.describe()}: mode=mean is not available on encoder-decoder bases ({base.spec}: its "
+                "cross-attention keys are another stack's states); use mode=renorm, zero or value"
             )
         self.stacks = tuple(adapter.stacks())
         self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}

@@ -193,6 +193,8 @@ def test_mean_refuses_keys_the_inputs_lack_and_prefix_keys(tiny_base):
         load_guided("knockout:keys=premise_words,mode=mean", base).prepare([batch])
     with pytest.raises(UsageError, match="prefix keys have none"):
         load_guided("prefix+knockout:keys=pos=0,mode=mean", base).prepare([batch])
+    with pytest.raises(UsageError, match="not available on encoder-decoder bases"):
+        load_guided("knockout:keys=first,mode=mean", tiny_base("tiny-t5"))
 
 
 def test_moving_the_anchor_asks_for_a_new_first_pass(tiny_base):
