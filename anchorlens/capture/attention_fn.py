@@ -26,7 +26,7 @@ Queries are processed in chunks so the float32 score buffers never exceed the me
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -37,7 +37,7 @@ from anchorlens.capture import session as _session
 from anchorlens.capture.options import DEFAULT_MEMORY_BUDGET
 from anchorlens.capture.selection import Site
 from anchorlens.capture.value_norms import value_norms
-from anchorlens.methods.knockout import KnockoutEdit, current_edit, register_attention_installer
+from anchorlens.methods.knockout import KnockoutEdit, current_edit, recording, register_attention_installer
 
 ATTN_IMPLEMENTATION = "anchorlens"
 _NEG = torch.finfo(torch.float32).min
@@ -169,7 +169,7 @@ def chunk_probs(
     receive the two [q, K] results (reusing them across layers saves two large allocations, and their
     page faults, per call; never with autograd). ``edit``: a knockout's weights to remove (all heads only):
     ``before`` is masked before the softmax (queries left with no key get zero rows), ``after`` zeroed after it
-    (``log_norm`` stays the softmax's).
+    (``log_norm`` stays the softmax's); the pairs of ``mean`` score against ``mean_key`` instead of the key.
     """
     vis = vis if vis is not None else Visibility.of(call, start, stop)
     query = call.query[:, :, start:stop]
@@ -198,6 +198,10 @@ def chunk_probs(
         scores = torch.matmul(rows, keys_t, out=out).view(b, h, q, k_len)
     else:
         scores = torch.matmul(rows, keys_t).view(b, h, q, k_len)
+    mean = None if edit is None else KnockoutEdit.chunk(edit.mean, start, stop, k_len)
+    if mean is not None and edit is not None and edit.mean_key is not None:  # mean ablation: the mean state's keys
+        mean_t = (edit.mean_key[:, :, :k_len].float() * call.scaling).transpose(-1, -2)
+        scores = torch.where(mean, torch.matmul(rows, mean_t).view(b, h, q, k_len), scores)
     if call.softcap is not None:
         scores.div_(call.softcap).tanh_().mul_(call.softcap)
     if bias is not None:
@@ -268,6 +272,21 @@ def output_from_probs(call: AttentionCall, probs: torch.Tensor, dropout: float, 
     """Eager output [B, q, H, D] from all-head probabilities [B, H, q, K'] of the first K' keys (value dtype)."""
     weights = torch.nn.functional.dropout(probs, p=dropout, training=training).to(call.value.dtype)
     return _grouped_product(weights, call.value).transpose(1, 2)
+
+
+def mean_ablated_output(
+    call: AttentionCall,
+    probs: torch.Tensor,
+    mean: torch.Tensor,
+    mean_value: torch.Tensor,
+    dropout: float,
+    training: bool,
+) -> torch.Tensor:
+    """Eager output [B, q, H, D] where the (query, key) pairs of ``mean`` [B, H|1, q, K'] read ``mean_value``
+    [B, H_kv, K, D] (the values of the keys' mean state) instead of the call's values."""
+    weights = torch.nn.functional.dropout(probs, p=dropout, training=training)
+    own = output_from_probs(call, weights.masked_fill(mean, 0.0), 0.0, False)
+    return own + output_from_probs(replace(call, value=mean_value), weights.masked_fill(~mean, 0.0), 0.0, False)
 
 
 def fused_width(head_dim: int, num_columns: int) -> int:
@@ -355,6 +374,8 @@ def anchorlens_attention_forward(
 ) -> tuple[torch.Tensor, None]:
     """Attention with the model's eager semantics that also reports probabilities to the active session."""
     kwargs.pop("output_attentions", None)
+    if recording(module, key, value):  # a mean knockout's key/value from the mean state, kept for the real call
+        return query.new_zeros(query.shape[0], query.shape[2], query.shape[1], value.shape[-1]), None
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     call = AttentionCall(
         query,
@@ -372,6 +393,7 @@ def anchorlens_attention_forward(
     site = None if active is None else active.site_of(module)
     heads = None if active is None or site is None else active.heads_tensor(query.device)
     edit = current_edit(module, query, key)  # a knockout acting here: eager math over all heads
+    edit = None if edit is None else edit.aligned(key, value)
     # fast mode computes the output from the probabilities when they cover all heads anyway
     fast = site is not None and active is not None and active.options.mode == "fast" and heads is None
     eager = call.needs_eager_output or fast or edit is not None
@@ -413,7 +435,11 @@ def anchorlens_attention_forward(
                 parts.append(output_part)
             elif eager:
                 weights = probs if removed is None else probs.masked_fill(removed, 0.0)  # the keys' values zeroed
-                parts.append(output_from_probs(call, weights, dropout, module.training))
+                mean = None if edit is None else KnockoutEdit.chunk(edit.mean, start, stop, probs.shape[-1])
+                if mean is not None and edit is not None and edit.mean_value is not None:
+                    parts.append(mean_ablated_output(call, weights, mean, edit.mean_value, dropout, module.training))
+                else:
+                    parts.append(output_from_probs(call, weights, dropout, module.training))
             if site is not None and active is not None:
                 if eager and heads is not None:
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)

@@ -251,7 +251,9 @@ def sweep_knockout_cmd(
     window: Annotated[
         int, typer.Option("--window", parser=at_least(1), metavar="LAYERS", help="Layers knocked out together.")
     ] = 1,
-    mode: Annotated[str, typer.Option("--mode", help="renorm, zero or value (see the knockout spec).")] = "renorm",
+    mode: Annotated[
+        str, typer.Option("--mode", help="renorm, zero, value or mean (see the knockout spec).")
+    ] = "renorm",
     output: OutputOptions = OutputOptions(Path("anchorlens-sweep-knockout")),
     figures: FigureOptions = FigureOptions(),
 ) -> None:

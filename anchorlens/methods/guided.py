@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -13,6 +14,7 @@ from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
 from anchorlens.methods.config import MethodConfig
 from anchorlens.methods.knockout import Knockout, KnockoutForward, install_attention, knockouts_active
+from anchorlens.methods.knockout_mean import MeanCollector, mean_hooks
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
 from anchorlens.methods.runtime import LayerSplicer
 from anchorlens.models.adapters.site import Site
@@ -57,6 +59,7 @@ class GuidedModel:
         self.meta: dict[str, Any] = {}
         self._sites: dict[int, Site] | None = None
         self._knockouts_paused = False
+        self._first_pass_for = ""  # the model (``name``) the mean knockouts' first pass ran on
         inserted = tuple(r.label for r in self.anchor_roles())
         for ko in self.knockout_list():
             ko.check_roles(None, inserted)  # the run's own roles are checked once known
@@ -135,17 +138,57 @@ class GuidedModel:
     def forward(self, batch: Encoded, **kwargs):
         """Run the guided model on ``batch`` (moved to the device); grads flow to guidance parameters only.
 
-        Knockouts act in every forward: the attention function removes their weights at the sites they select.
+        Knockouts act in every forward: the attention function removes their weights at the sites they select
+        (``mode=mean`` knockouts need their first pass, :meth:`prepare`, before: UsageError otherwise).
         """
         knockouts = tuple(self.knockout_list())
         if not knockouts or self._knockouts_paused:
             return self._forward(batch, **kwargs)
+        self._drop_stale_means()
+        for ko in knockouts:
+            ko.check_prepared()
         batch = batch.to(self.device)
         install_attention(self.base.model)
         plan = self.plan(batch) if self.guidance_list() else None
         layout = self.base.layout(batch) if plan is None else GuidedLayout(self.base.adapter, plan)
-        with knockouts_active(KnockoutForward(knockouts, self._site_map(), layout)):
+        forward = KnockoutForward(knockouts, self._site_map(), layout)
+        with knockouts_active(forward), mean_hooks(forward, self.base.sites()):
             return self._forward(batch, plan, **kwargs)
+
+    def needs_first_pass(self) -> bool:
+        """Whether a knockout needs a first pass over the run's inputs (``mode=mean`` without its means)."""
+        self._drop_stale_means()
+        return any(ko.needs_first_pass for ko in self.knockout_list())
+
+    def _drop_stale_means(self) -> None:
+        """Forget the mean knockouts' means when the model changed since their first pass (a guidance moved)."""
+        if self._first_pass_for and self._first_pass_for != self.name:
+            for ko in self.knockout_list():
+                ko.means = None
+            self._first_pass_for = ""
+
+    @torch.no_grad()
+    def prepare(self, batches: Iterable[Encoded]) -> list[dict[str, Any]]:
+        """The first pass of the ``mode=mean`` knockouts: one forward per batch with every knockout off, averaging
+        the attention input at each knockout's keys per layer (over all selected keys of all examples).
+
+        Returns one record per mean knockout (spec, examples, keys, norm of the mean per layer), also kept in
+        ``meta["first_pass"]`` for the run's manifest; [] when no knockout needs a pass.
+        """
+        collector = MeanCollector(self.knockout_list(), self.base.sites())
+        if not collector.knockouts:
+            return []
+        install_attention(self.base.model)  # the same attention function as the knocked-out forwards
+        last_only = "logits_to_keep" in inspect.signature(self.base.model.forward).parameters
+        with self.knockouts_paused():
+            for batch in batches:
+                batch = batch.to(self.device)
+                with collector.hooked(self.layout(batch), batch.batch_size):
+                    self.forward(batch, **({"logits_to_keep": 1} if last_only else {}))
+        report = collector.finish()
+        self.meta["first_pass"] = report
+        self._first_pass_for = self.name
+        return report
 
     @contextmanager
     def knockouts_paused(self) -> Iterator[None]:

@@ -9,10 +9,24 @@ asks :func:`current_edit` which (query, key) weights to remove at the module it 
   gets a zero output);
 - ``zero``: the keys' weights are zeroed after the softmax, no renormalisation (the weights sum to less than 1);
 - ``value``: the keys' values are zeroed for the selected queries and heads (the weights stay as they were, so
-  a capture still reports them; the keys contribute nothing to the output).
+  a capture still reports them; the keys contribute nothing to the output);
+- ``mean``: mean ablation of the keys. The selected queries and heads read the keys' key and value vectors as
+  computed from a dataset mean instead of the key's own state: at each selected layer, the attention's input (the
+  layer's hidden state after its input normalisation) at the selected keys is replaced by its mean over every
+  selected key of every example of the run, from a first pass with the same model and inputs and no knockout
+  (:mod:`anchorlens.methods.knockout_mean`). The keys' own rows (their queries, their residual stream, the layers
+  above) are untouched: only what the selected queries read from them changes. The key and value are computed by
+  the attention module itself from the mean (its projections, biases, key norm and rotary embedding at the key's
+  own position), so with the usual linear projections this is exactly a position-independent mean ablation of the
+  pre-rotary key and value (TransformerLens's ``hook_k``/``hook_v``, not ``hook_rot_k``); with a key norm (Qwen3,
+  Gemma 3) the key is the norm of the mean input's projection, not the mean key. The mean is of the normalised
+  input, not the residual stream (the normalisation is not linear: the two differ). It needs the first pass: the
+  workflows make it (one extra forward over the run's inputs); a model loaded directly needs
+  ``GuidedModel.prepare(batches)`` before it runs (a forward without it is a one-line UsageError).
+  Not on encoder-decoder bases (T5); prefix keys (prefix tuning) have no hidden state and cannot be mean-ablated.
 
 ``zero`` and ``value`` give the same outputs (a key whose value is zero adds nothing, exactly as a key whose weight
-is zero); they differ in the weights a capture reports. ``mode=mean`` (the key's hidden state replaced by a dataset mean from a first pass) is not available yet.
+is zero); they differ in the weights a capture reports.
 Which keys: a role of the run (``instance``, ``capsule``, ``structural``, a task's own roles), ``first`` (each
 example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative counts from the end).
 """
@@ -23,7 +37,7 @@ import contextvars
 import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import torch
@@ -37,7 +51,7 @@ from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import LayoutProvider, SequenceRoles
 from anchorlens.roles.table import GUIDANCE_NAMES, RoleTable
 
-KNOCKOUT_MODES = ("renorm", "zero", "value")
+KNOCKOUT_MODES = ("renorm", "zero", "value", "mean")
 _ALL = "all"
 _FIRST = "first"
 _POS = "pos="
@@ -86,9 +100,12 @@ class KnockoutConfig(MethodConfig):
     queries: str = field(default=_ALL, metadata={"doc": "queries that lose them: all or a role"})
     layers: str = field(default=_ALL, metadata={"doc": "all, a range 10-20 or a list 0/3/5-7 (inclusive)"})
     heads: str = field(default=_ALL, metadata={"doc": "all, a range or a list of head indices (0/2/4-7)"})
-    mode: Literal["renorm", "zero", "value"] = field(
+    mode: Literal["renorm", "zero", "value", "mean"] = field(
         default="renorm",
-        metadata={"doc": "renorm (masked before the softmax), zero (after it), value (the keys' values zeroed)"},
+        metadata={
+            "doc": "renorm (masked before the softmax), zero (after it), value (the keys' values zeroed), mean (the "
+            "keys' key and value computed from their dataset-mean hidden state, from a first pass)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -97,16 +114,10 @@ class KnockoutConfig(MethodConfig):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
                 raise UsageError(f"knockout: option {name} needs a value; got {value!r}")
-            object.__setattr__(
-                self,
-                name,
-                value.strip().lower().replace("-", "_") if name in ("keys", "queries") else value.strip().lower(),
-            )
-        if self.mode == "mean":
-            raise UsageError(
-                "knockout mode=mean (the keys' hidden state replaced by a dataset mean) is not available yet; "
-                "use mode=renorm, zero or value"
-            )
+            value = value.strip().lower()
+            if name in ("keys", "queries") and not value.startswith(_POS):  # role names: - is _ (pos=-1 stays)
+                value = value.replace("-", "_")
+            object.__setattr__(self, name, value)
         super().__post_init__()
         parse_index_list(self.layers, "layers")
         parse_index_list(self.heads, "heads")
@@ -163,10 +174,18 @@ class Knockout(Guidance):
     ) -> None:
         super().__init__(KnockoutConfig(keys=keys, queries=queries, layers=layers, heads=heads, mode=mode))  # type: ignore[arg-type]
         self.num_heads = 0
+        # mode=mean: (stack, layer) -> [d] float32 mean of the attention input at the selected keys (first pass)
+        self.means: dict[tuple[str, int], torch.Tensor] | None = None
+        self.first_pass: dict[str, Any] = {}
 
     def bind(self, base, generator: torch.Generator) -> None:
         """Check the layers and heads against ``base`` (one line naming the valid range); nothing is allocated."""
         adapter = base.adapter
+        if self.config.mode == "mean" and base.is_encoder_decoder:
+            raise UsageError(
+                f"{self.describe()}: mode=mean is not available on encoder-decoder bases ({base.spec}: its "
+                "cross-attention keys are another stack's states); use mode=renorm, zero or value"
+            )
         self.stacks = tuple(adapter.stacks())
         self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
         most = max(self.layers.values())
@@ -200,6 +219,33 @@ class Knockout(Guidance):
                     f"{self.describe()}: this run has no role {name!r}; its roles are {', '.join(table.names)} "
                     "(or use keys=first / keys=pos=N)"
                 )
+
+    # ------------------------------------------------------------------ mode=mean: the first pass's means
+    @property
+    def needs_first_pass(self) -> bool:
+        """Whether this knockout needs dataset means it has not got yet (mode=mean before its first pass)."""
+        return self.config.mode == "mean" and self.means is None
+
+    def set_means(self, means: dict[tuple[str, int], torch.Tensor], facts: dict[str, Any]) -> None:
+        """Keep the first pass's means ((stack, layer) -> [d]) and what the pass saw (``facts``: examples, keys)."""
+        self.means = {site: m.detach().float() for site, m in means.items()}
+        norms = {str(layer): round(float(m.norm()), 6) for (_, layer), m in sorted(self.means.items())}
+        self.first_pass = {**facts, "mean_norm": norms}
+
+    def check_prepared(self) -> None:
+        """UsageError (one line naming the fix) when a mean knockout has not had its first pass."""
+        if self.needs_first_pass:
+            raise UsageError(
+                f"{self.describe()} needs the dataset mean of the keys' hidden state from a first pass over the run's "
+                "inputs: run it through anchorlens evaluate/compare/capture/sweep knockout (they make that pass), "
+                "or call model.prepare(batches) before the forward"
+            )
+
+    def mean_at(self, site: Site) -> torch.Tensor:
+        """[d] float32: the mean hidden state that replaces the keys at ``site`` (UsageError before a first pass)."""
+        self.check_prepared()
+        assert self.means is not None
+        return self.means[(site.stack, site.layer)]
 
     # ------------------------------------------------------------------ masks
     def _role_mask(self, seq: SequenceRoles, name: str) -> torch.Tensor:
@@ -244,12 +290,28 @@ class KnockoutEdit:
     """Which weights one attention call loses, per mode: bool [B, H|1, Q, K] (True = knocked out) or None.
 
     before: masked before the softmax (renorm); after: zeroed after it (zero); value: removed from the output
-    only (the keys' values zeroed for these queries and heads).
+    only (the keys' values zeroed for these queries and heads); mean: these queries and heads read the key and value
+    of ``mean_key``/``mean_value`` [B, H_kv, K, D] (computed from the dataset-mean hidden state) instead of the call's.
     """
 
     before: torch.Tensor | None = None
     after: torch.Tensor | None = None
     value: torch.Tensor | None = None
+    mean: torch.Tensor | None = None
+    mean_key: torch.Tensor | None = None
+    mean_value: torch.Tensor | None = None
+
+    def aligned(self, key: torch.Tensor, value: torch.Tensor) -> KnockoutEdit:
+        """This edit with ``mean_key``/``mean_value`` covering the call's K keys (key [B, H_kv, K, D]): key-only
+        positions in front (a prefix), which have no hidden state to replace, keep the call's own."""
+        if self.mean_key is None or self.mean_value is None or self.mean_key.shape[2] == key.shape[2]:
+            return self
+        extra = key.shape[2] - self.mean_key.shape[2]
+        return replace(
+            self,
+            mean_key=torch.cat([key[:, :, :extra], self.mean_key], dim=2),
+            mean_value=torch.cat([value[:, :, :extra], self.mean_value], dim=2),
+        )
 
     @staticmethod
     def chunk(mask: torch.Tensor | None, start: int, stop: int, keys: int) -> torch.Tensor | None:
@@ -265,6 +327,9 @@ class KnockoutForward:
     sites: dict[int, Site]
     layout: LayoutProvider
     cache: dict[tuple[int, int, int], KnockoutEdit | None] = field(default_factory=dict)
+    # mode=mean: the module whose K/V are being recorded from the mean state, and id(module) -> (key, value) recorded
+    recording: nn.Module | None = None
+    mean_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
 
     def edit(
         self, module: nn.Module, num_heads: int, q_len: int, k_len: int, device: torch.device
@@ -273,7 +338,13 @@ class KnockoutForward:
         key = (id(module), q_len, k_len)
         if key not in self.cache:
             self.cache[key] = self._build(module, num_heads, q_len, k_len, device)
-        return self.cache[key]
+        edit = self.cache[key]
+        if edit is None or edit.mean is None:
+            return edit
+        if id(module) not in self.mean_kv:
+            raise RuntimeError("knockout mode=mean: the attention call ran without its recorded mean key/value")
+        mean_key, mean_value = self.mean_kv[id(module)]
+        return replace(edit, mean_key=mean_key, mean_value=mean_value)
 
     def _build(
         self, module: nn.Module, num_heads: int, q_len: int, k_len: int, device: torch.device
@@ -293,7 +364,7 @@ class KnockoutForward:
             heads = ko.head_mask(num_heads, device)
             if heads is not None:
                 mask = mask & heads.view(1, -1, 1, 1)
-            slot = {"renorm": "before", "zero": "after", "value": "value"}[ko.config.mode]
+            slot = {"renorm": "before", "zero": "after", "value": "value", "mean": "mean"}[ko.config.mode]
             masks[slot] = mask if slot not in masks else masks[slot] | mask
         return KnockoutEdit(**masks)
 
@@ -327,6 +398,16 @@ def knockouts_active(forward: KnockoutForward) -> Iterator[KnockoutForward]:
         yield forward
     finally:
         _ACTIVE.reset(token)
+
+
+def recording(module: nn.Module, key: torch.Tensor, value: torch.Tensor) -> bool:
+    """True when this call of ``module`` only computes a mean knockout's key/value (key, value [B, H_kv, K, D]): they
+    are kept for the real call, and the attention function skips its own math."""
+    active = _ACTIVE.get()
+    if active is None or active.recording is not module:
+        return False
+    active.mean_kv[id(module)] = (key, value)
+    return True
 
 
 def current_edit(module: nn.Module, query: torch.Tensor, key: torch.Tensor) -> KnockoutEdit | None:

@@ -33,6 +33,7 @@ from anchorlens.rundir import MANIFEST, OutClaim, claim_out, examples_digest, ma
 from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, concat_shards, run_chunks
 from anchorlens.tasks.prompts import PromptOptions, Prompts
+from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.statistics import certify_capture
 
@@ -186,6 +187,7 @@ def run_capture(
         entropy_anchor = model.entropy_anchor() or "capsule"
         prompts = inputs.prompts(base_obj.tokenizer, max_length)
         rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
+        done = first_pass(model, rows, prompts, batch_size=batch_size, max_length=max_length)  # mode=mean knockouts
 
         def make_reducers() -> list:
             return default_reducers(entropy_anchor, roles=prompts.roles, extra=dict(evidence or {}))
@@ -225,6 +227,7 @@ def run_capture(
             "launcher": info.launcher,
             "evidence": evidence_record(reducers),
             **({"exactness": exactness} if exactness is not None else {}),
+            **({"first_pass": done} if done else {}),
         }
         store = rt.agree(lambda: prepare_out(claim, key, force, facts) if claim is not None else None)
         rt.barrier()

@@ -151,6 +151,7 @@ def compare(
         dtype=dtype,
         device=device,
         allow_other_base=allow_other_base,
+        batch_size=batch_size,
     )
     for model in models.values():
         check_selection(model, selection)

@@ -14,6 +14,7 @@ from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.tasks.prompts import PromptOptions
+from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import resolve_inputs
 
 
@@ -66,6 +67,7 @@ def evaluate(
                 **inputs.facts(),
                 batch_size=batch_size,
                 max_length=max_length,
+                **({"first_pass": result.metrics["first_pass"]} if "first_pass" in result.metrics else {}),
             )
         result.out = claim.path
     return result
@@ -96,6 +98,10 @@ def _evaluate(
         read.task, read.data, read.n, need_labels=True, field_map=read.field_map, prompt=read.prompt
     )
     model = load_guided(spec_or_model, base, allow_other_base=allow_other_base)
+    prompts = inputs.prompts(model.base.tokenizer)  # as ``predict`` renders them
+    done = first_pass(model, prompts.examples(inputs.examples), prompts, batch_size=batch_size, max_length=max_length)
     preds = inputs.predict(model, batch_size=batch_size, max_length=max_length, progress=progress)
     metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
+    if done:
+        metrics["first_pass"] = done
     return EvalResult(preds, metrics), model, inputs

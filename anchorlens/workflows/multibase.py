@@ -18,6 +18,7 @@ from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
 from anchorlens.tasks.prompts import Prompts
+from anchorlens.workflows.first_pass import first_pass, first_pass_facts
 
 MODEL_KEY = "model="
 _CHUNK = 64
@@ -117,11 +118,13 @@ def load_models(
     dtype: str | None = None,
     device: str | None = None,
     allow_other_base: bool = False,
+    batch_size: int = 8,
 ) -> tuple[dict[str, Any], dict[str, Base]]:
     """(name -> GuidedModel, name -> its base) for every checkpoint; ``model=`` ones on their own (checked) base.
 
     ``shared`` is the run's base (spec :func:`run_base_spec`); ``base``: the spec the other checkpoints use.
-    Each base is loaded once and checked once against ``prompts``/``rows`` before any checkpoint loads on it.
+    Each base is loaded once and checked once against ``prompts``/``rows`` before any checkpoint loads on it; a
+    checkpoint whose knockouts need a first pass (``mode=mean``) makes it over ``rows`` (``batch_size``).
     """
     bases: dict[str, Base] = {shared.spec: shared}
     models: dict[str, Any] = {}
@@ -134,13 +137,14 @@ def load_models(
             check_same_tokens(shared, loaded, prompts, rows, max_length, ckpt)
             bases[key] = loaded
         models[name] = load_guided(spec, bases[key], allow_other_base=allow_other_base)
+        first_pass(models[name], rows, prompts, batch_size=batch_size, max_length=max_length)
         used[name] = bases[key]
     return models, used
 
 
 def multibase_facts(shared: Base, used: dict[str, Base], models: dict[str, Any]) -> dict[str, Any]:
-    """Facts of a run whose checkpoints ran on several bases (empty when all ran on the run's base) and of the
-    PEFT layer adapters applied."""
+    """Facts of a run whose checkpoints ran on several bases (empty when all ran on the run's base), of the
+    PEFT layer adapters applied and of the knockouts' first passes."""
     facts: dict[str, Any] = {}
     if any(b is not shared for b in used.values()):
         facts["bases"] = {
@@ -151,4 +155,4 @@ def multibase_facts(shared: Base, used: dict[str, Base], models: dict[str, Any])
     adapters = {name: m.meta["peft_adapter"] for name, m in models.items() if m.meta.get("peft_adapter")}
     if adapters:
         facts["peft_adapters"] = adapters
-    return facts
+    return {**facts, **first_pass_facts(models)}

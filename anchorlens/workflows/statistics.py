@@ -13,6 +13,7 @@ from anchorlens.capture.certificate import CertifyOptions, certify, require_exac
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.selection import Selection
 from anchorlens.tasks.prompts import Prompts
+from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import Inputs
 
 
@@ -38,6 +39,7 @@ def capture_statistics(
     entropy_anchor = model.entropy_anchor() or "capsule"
     prompts = prompts or inputs.prompts(model.base.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
+    first_pass(model, rows, prompts, batch_size=batch_size, max_length=max_length)  # every example, on every rank
     info = rt.dist_info()
     ids = list(range(len(rows)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states

@@ -15,6 +15,7 @@ from anchorlens.methods.spec import load_guided
 from anchorlens.models.base import Base
 from anchorlens.models.loading import load_base
 from anchorlens.tasks.prompts import PromptOptions
+from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.train import train
 
@@ -189,7 +190,9 @@ def sweep_knockout(
     One row per window: layer (its first layer), layers (``first-last``), spec, and from
     :func:`~anchorlens.evaluation.effects.effects_table` against ``spec`` itself on the same examples: ``d_nll``
     (ΔNLL) and ``d_accuracy`` (Δaccuracy, labelled tasks) with their paired bootstrap CIs (``*_lo``, ``*_hi``) and
-    q-values (Benjamini-Hochberg across the whole sweep), ``kl`` (KL(spec ‖ knocked out) with CI), n.
+    q-values (Benjamini-Hochberg across the whole sweep), ``kl`` (KL(spec ‖ knocked out) with CI), n; with
+    ``mode=mean``, ``mean_norm`` (the norm of the first pass's mean that replaced the keys, averaged over the window's
+    layers; each window makes its own first pass over the examples).
     """
     from anchorlens.evaluation.effects import effects_table, example_effects
 
@@ -208,12 +211,16 @@ def sweep_knockout(
     for model in models.values():
         model.check_roles(prompts.roles)
     rows = prompts.examples(inputs.examples)
+    passes = {s: first_pass(m, rows, prompts, batch_size=batch_size, max_length=max_length) for s, m in models.items()}
     per_example = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
     table = effects_table(per_example, list(models), labelled=inputs.task.has_labels, n_boot=n_boot)
     out = []
     for s, (first, last) in specs.items():
         mine = table[table["checkpoint"] == s].set_index("metric")
         row: dict[str, Any] = {"layer": first, "layers": f"{first}-{last}", "spec": s}
+        if passes[s]:  # mode=mean: the size of the mean that replaced the keys, averaged over the window's layers
+            norms = [v for record in passes[s] for v in record["mean_norm"].values()]
+            row["mean_norm"] = sum(norms) / len(norms)
         for metric, name in (("nll", "d_nll"), ("correct", "d_accuracy")):
             if metric in mine.index:
                 r = mine.loc[metric]

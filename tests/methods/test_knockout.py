@@ -143,17 +143,19 @@ def test_spec_prints_back_to_an_equal_config():
         "knockout:keys=pos=0,queries=content,heads=0/2/5-7,mode=zero",
         "capsule+knockout:keys=capsule,mode=value",
         "knockout:keys=first",
+        "instance+knockout:keys=instance,layers=1/3,mode=mean",
     ):
         spec = parse_spec(text)
         assert parse_spec(str(spec)) == spec
     assert str(parse_spec("instance+knockout:keys=instance,mode=renorm")) == "instance+knockout:keys=instance"
     assert KnockoutConfig(keys="first").key_position() == 0
+    assert KnockoutConfig(keys="pos=-1").key_position() == -1  # negative positions count from the end
+    assert KnockoutConfig(keys="hypothesis-words").keys == "hypothesis_words"
 
 
 @pytest.mark.parametrize(
     "spec, words",
     [
-        ("knockout:mode=mean", "not available yet"),
         ("knockout:mode=shuffle", "unknown knockout mode"),
         ("knockout:layers=5-2", "reversed range"),
         ("knockout:layers=x", "not a list of indices"),

@@ -17,7 +17,7 @@ runner = CliRunner()
         ("instance+knockout:keys=hypothesis_words", "no role 'hypothesis_words'"),
         ("instance+knockout:keys=instance,layers=3-40", "outside the model"),
         ("knockout:keys=capsule", "inserts no capsule positions"),
-        ("instance+knockout:mode=mean", "not available yet"),
+        ("prefix+knockout:keys=pos=0,mode=mean", "prefix keys have none"),
         ("instance+knockout:mode=erase", "unknown knockout mode"),
     ],
 )
@@ -73,3 +73,36 @@ def test_sweep_knockout_windows_and_the_full_window_is_the_base(tiny_base):
     direct = effects_table(rows, ["instance", "base"], n_boot=200).set_index(["metric", "checkpoint"])
     assert whole["d_nll"].iloc[0] == pytest.approx(direct.loc[("nll", "base"), "diff"], abs=1e-4)
     assert whole["kl"].iloc[0] == pytest.approx(direct.loc[("kl", "base"), "mean"], rel=1e-3, abs=1e-6)
+
+
+def test_evaluate_with_a_mean_knockout_makes_its_first_pass(tiny_base, tmp_path):
+    """The CLI's evaluate runs the first pass over its examples and records the mean's norm per layer."""
+    import json
+
+    tiny_base("tiny-llama")
+    out = tmp_path / "ev"
+    spec = "instance+knockout:keys=instance,layers=1-2,mode=mean"
+    result = runner.invoke(app, ["evaluate", "--base", "tiny-llama", "--ckpt", spec, "--n", "3", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    (record,) = manifest["first_pass"]
+    assert record["knockout"] == "knockout:keys=instance,layers=1-2,mode=mean"
+    assert record["examples"] == 3 and record["keys"] == 3 and set(record["mean_norm"]) == {"1", "2"}
+    assert json.loads((out / "metrics.json").read_text())["first_pass"] == [record]
+
+
+@pytest.mark.slow  # two tiny-llama captures and scorings
+def test_compare_with_a_mean_knockout_writes_task_effects(tiny_base, tmp_path):
+    import json
+
+    tiny_base("tiny-llama")
+    out = tmp_path / "cmp"
+    mean = "instance+knockout:keys=instance,mode=mean"
+    args = ["compare", "--ckpt", "instance", "--ckpt", mean, "--base", "tiny-llama", "--n", "4", "--no-figures"]
+    result = runner.invoke(app, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "task_effects.csv").set_index(["metric", "checkpoint"])
+    assert table.loc[("kl", mean), "mean"] > 1e-6 and table.loc[("nll", mean), "n"] == 4
+    facts = json.loads((out / "manifest.json").read_text())
+    (record,) = facts["first_pass"][mean]
+    assert record["examples"] == 4 and set(record["mean_norm"]) == {"0", "1", "2", "3"}
