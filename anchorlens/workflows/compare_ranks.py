@@ -197,8 +197,11 @@ def open_ranks(
             "compare under torchrun needs a folder every rank can write its chunks to: pass rank_dir= (the CLI "
             "passes --out)"
         )
-    claim = where if isinstance(where, OutClaim) else None
-    out = claim.path if claim is not None else Path(where).expanduser().absolute()
+    claim: OutClaim | None = None
+    if isinstance(where, OutClaim):
+        claim, out = where, where.path
+    else:
+        out = Path(where).expanduser().absolute()
     identities = []
     for spec, model in zip(ckpts, models.values()):
         reducers = default_reducers(
