@@ -143,16 +143,27 @@ def compare(
             help="Index of the example drawn in the attention-map figure.",
         ),
     ] = 0,
+    chunk_size: Annotated[
+        int,
+        typer.Option(
+            "--chunk-size",
+            parser=at_least(1),
+            metavar="N",
+            help="Examples per chunk (memory holds one; under torchrun each rank saves its chunks in --out).",
+        ),
+    ] = 32,
 ) -> None:
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
     if len(ckpt) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
-    claim = output.claim("compare")  # exclusive, before minutes of capture (rank 0 under torchrun)
+    claim = output.claim_resuming("compare")  # exclusive, before minutes of capture (rank 0 under torchrun)
     try:
         data.read()
         selection = select.selection()
         spec = evidence.spec()
-        _compare(ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec)
+        _compare(
+            ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec, output.out, chunk_size
+        )
     finally:
         if claim is not None:
             claim.release()
@@ -169,8 +180,11 @@ def _compare(
     map_example: int,
     exactness: ExactnessOptions = ExactnessOptions(),
     evidence: dict | None = None,
+    out: Path | None = None,
+    chunk_size: int = 32,
 ) -> None:
-    """Run the comparison (sharded under torchrun) and let rank 0 write it into the claimed --out."""
+    """Run the comparison (sharded under torchrun: every rank's chunks go to --out) and let rank 0 write it into the
+    claimed --out."""
     from anchorlens import runtime as rt
     from anchorlens.reports.comparison import effects_grid, evidence_grid, write_comparison
     from anchorlens.reports.tables import headline_grid, present_roles, to_text
@@ -188,6 +202,8 @@ def _compare(
                 certificate=exactness.certify(),
                 evidence=evidence,
                 scratch_dir=None if claim is None else claim.path.parent,  # the run's own disk, not /tmp
+                rank_dir=claim if claim is not None else out,
+                chunk_size=chunk_size,
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -207,7 +223,8 @@ def _compare(
                 f"wrote {claim.path}/ (metrics.parquet, effects.parquet{extra}, summary.md{drawn}, report.html)",
                 err=True,
             )
-        rt.barrier()
+        # no barrier here: the other ranks are done once their shards are saved, and rank 0's statistics may
+        # outlast a collective's timeout
     finally:
         rt.shutdown(started)
 

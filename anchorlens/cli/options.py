@@ -320,6 +320,20 @@ class OutputOptions:
         with os_errors(out, "cannot use --out"):
             return claim_out(out, kind=kind, force=self.force, resume=resume)
 
+    def claim_resuming(self, kind: str) -> OutClaim | None:
+        """:meth:`claim`, except that an unfinished ``kind`` run in --out (saved chunks of a killed torchrun run)
+        is continued; a finished run is still refused without --force."""
+        from anchorlens.rundir import run_kind, run_state
+
+        out = Path(self.out).expanduser()
+        claim = self.claim(kind, resume=run_state(out) == "unfinished" and run_kind(out) == kind)
+        if claim is not None and claim.state == "finished" and not self.force:
+            claim.release()
+            raise UsageError(
+                f"{claim.path} already exists and holds a finished run; pass --force to replace it or choose another --out"
+            )
+        return claim
+
 
 @dataclass(frozen=True)
 class FigureOptions:

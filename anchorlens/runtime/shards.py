@@ -179,6 +179,17 @@ def run_chunks(
     return written
 
 
+def require_done(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]]) -> None:
+    """A one-line DataError naming the chunks whose shards are missing or damaged (a rank that died, a truncated
+    file): the rerun recomputes them."""
+    missing = [c for c, ids in chunks if not progress.done(c, ids)]
+    if missing:
+        raise DataError(
+            f"{progress.dir}: chunk(s) {', '.join(map(str, missing[:5]))} of this run are missing or damaged "
+            "(a rank stopped before writing them); rerun the same command to compute them"
+        )
+
+
 def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]], out: Path) -> int:
     """Stream the chunks' shards, in chunk order, into one parquet file at ``out`` (atomically); returns its rows.
 
@@ -187,12 +198,7 @@ def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]
     """
     import pyarrow.parquet as pq
 
-    missing = [c for c, ids in chunks if not progress.done(c, ids)]
-    if missing:
-        raise DataError(
-            f"{progress.dir}: chunk(s) {', '.join(map(str, missing[:5]))} of this run are missing or damaged "
-            "(a rank stopped before writing them); rerun the same command to compute them"
-        )
+    require_done(progress, chunks)
     total = 0
 
     def write(path: Path) -> None:

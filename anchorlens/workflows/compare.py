@@ -23,13 +23,14 @@ from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.models.loading import load_base
 from anchorlens.progress import stage
-from anchorlens.runtime import distributed as rt
+from anchorlens.rundir import OutClaim
 from anchorlens.runtime.shards import chunk_indices
 from anchorlens.tasks.prompts import PromptOptions
+from anchorlens.workflows.compare_ranks import open_ranks
 from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
-from anchorlens.workflows.statistics import capture_statistics, certify_capture, chunk_statistics
+from anchorlens.workflows.statistics import certify_capture, chunk_statistics
 
 
 @dataclass
@@ -117,6 +118,7 @@ def compare(
     chunk_size: int = 32,
     evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
     scratch_dir: str | Path | None = None,
+    rank_dir: str | Path | OutClaim | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -130,6 +132,8 @@ def compare(
     ``evidence`` (evidence.csv: weight vs norm mass, sink rates, massive activations) is filled; never in ``paired``.
     ``scratch_dir``: where the per-example spill lives while the statistics run (about 24 bytes × paired cells ×
     examples × checkpoints; default the system's temp dir).
+    ``rank_dir``: under torchrun, where each rank writes its chunks (the run's --out, or rank 0's claim on it;
+    :mod:`~anchorlens.workflows.compare_ranks`); only rank 0's result holds the statistics.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -173,12 +177,18 @@ def compare(
         evidence_anchors=evidence_anchors if extra else None,
         scratch_dir=scratch_dir,
     )
+    ranks = open_ranks(rank_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
+                       chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
     maps, params = {}, {}
     clock = time.perf_counter()
-    for name, model in models.items():
+    for index, (name, model) in enumerate(models.items()):
         with stage(f"capture {name}", len(rows), enabled=progress) as bar:
-            frames = _chunk_frames(
-                model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra
+            frames = (
+                ranks.frames(
+                    index, model, rows, prompts, selection=selection, max_length=max_length, evidence=extra, bar=bar
+                )  # fmt: skip
+                if ranks is not None
+                else _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra)
             )
             for df in frames:
                 summaries.add(name, df)
@@ -189,7 +199,13 @@ def compare(
         params[name] = int(getattr(model, "num_trainable", lambda: 0)())
     seconds = {"capture": time.perf_counter() - clock}
     clock = time.perf_counter()
-    effect_rows = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    effect_rows = (
+        ranks.effects(models, rows, inputs.task, prompts, max_length=max_length)
+        if ranks is not None
+        else example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    )
+    if ranks is not None and ranks.rank != 0:  # rank 0 holds every example's rows and computes the statistics
+        return Comparison(names, inputs, headline=pd.DataFrame(), paired=pd.DataFrame(), maps=maps)
     seconds["task_effects"] = time.perf_counter() - clock
     clock = time.perf_counter()
     effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
@@ -227,16 +243,9 @@ def compare(
     )
 
 
-def _chunk_frames(model, inputs, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):
-    """Each chunk's metric rows of ``model`` (memory holds one chunk). Under torchrun, one frame of every example:
-    the ranks share the examples and all-reduce their reducer states in memory (``capture`` is the dataset-scale
-    path under torchrun: per-rank shards on disk)."""
-    if rt.initialized() and rt.dist_info().world_size > 1:
-        yield capture_statistics(
-            model, inputs, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
-            prompts=prompts, evidence=evidence,
-        )  # fmt: skip
-        return
+def _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):
+    """Each chunk's metric rows of ``model`` in one process (memory holds one chunk; under torchrun
+    :meth:`~anchorlens.workflows.compare_ranks.RankRun.frames` gives the same chunks)."""
     for ids in chunk_indices(len(rows), chunk_size):
         yield chunk_statistics(
             model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
