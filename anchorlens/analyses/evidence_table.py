@@ -29,7 +29,7 @@ summarises one block of cells at a time, so memory does not grow with the number
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -160,9 +160,14 @@ def order_table(table: pd.DataFrame, checkpoints: Sequence[str]) -> pd.DataFrame
     table = table.assign(
         _c=table["checkpoint"].map(rank).fillna(len(rank)), _k=key_rank, _m=measure_rank, _l=layer
     ).sort_values(["_c", "stack", "_k", "key", "_m", "measure", "_l"], kind="stable")
-    table["layer"] = pd.array([None if v == ALL_LAYERS else int(v) for v in table["_l"]], dtype="Int64")
+    table["layer"] = nullable_layers(table["_l"])
     table["n"] = table["n"].astype(np.int64)
     return table[list(TABLE_COLUMNS)].reset_index(drop=True)
+
+
+def nullable_layers(layers: Iterable[int]) -> pd.arrays.IntegerArray:
+    """Layer indices as a nullable integer column, ``ALL_LAYERS`` (the all-layers row) as <NA>."""
+    return pd.array([None if v == ALL_LAYERS else int(v) for v in layers], dtype="Int64")
 
 
 def evidence_table(frame: pd.DataFrame, anchors: Mapping[str, Sequence[str]], n_boot: int = 2000) -> pd.DataFrame:
@@ -189,5 +194,6 @@ __all__ = [
     "evidence_table",
     "example_evidence",
     "has_evidence",
+    "nullable_layers",
     "order_table",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -13,6 +12,7 @@ from anchorlens.capture.hidden import block_output_hooks
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
+from anchorlens.models.base import skip_lm_head
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import LayoutProvider
 from anchorlens.roles.scheme import RoleScheme
@@ -63,11 +63,6 @@ class CaptureTarget(Protocol):
     def forward(self, batch: Encoded, **kwargs):
         """Run the model on the batch."""
         ...
-
-
-def _skip_lm_head(model: torch.nn.Module) -> dict:
-    """Forward kwargs that keep only the last position's logits, when the model supports it."""
-    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def num_heads(model: torch.nn.Module) -> int | None:
@@ -128,7 +123,7 @@ def capture_batch(
         stack_layers(target)[0],
     )
     install(target.model)
-    kwargs = {} if need_logits else _skip_lm_head(target.model)
+    kwargs = {} if need_logits else skip_lm_head(target.model)
     if hasattr(sink, "begin_batch"):
         sink.begin_batch(batch)
     with activate(session), torch.no_grad(), block_output_hooks(target, session):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -18,7 +17,7 @@ from anchorlens.methods.knockout_mean import MeanCollector, mean_hooks
 from anchorlens.methods.plan import GuidedLayout, Plan, build_plan
 from anchorlens.methods.runtime import LayerSplicer
 from anchorlens.models.adapters.site import Site
-from anchorlens.models.base import Base
+from anchorlens.models.base import Base, skip_lm_head
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.scheme import DEFAULT_SCHEME, RoleScheme
@@ -131,9 +130,12 @@ class GuidedModel:
 
     def layout(self, batch: Encoded):
         """Layout provider with the inserted positions' roles at every (stack, layer)."""
-        if not self.guidance_list():
-            return self.base.layout(batch)
-        return GuidedLayout(self.base.adapter, self.plan(batch))
+        return self._plan_and_layout(batch)[1]
+
+    def _plan_and_layout(self, batch: Encoded) -> tuple[Plan | None, Any]:
+        """The batch's insertion plan (None without inserting guidance) and the layout built from it (one plan)."""
+        plan = self.plan(batch) if self.guidance_list() else None
+        return plan, self.base.layout(batch) if plan is None else GuidedLayout(self.base.adapter, plan)
 
     def forward(self, batch: Encoded, **kwargs):
         """Run the guided model on ``batch`` (moved to the device); grads flow to guidance parameters only.
@@ -149,8 +151,7 @@ class GuidedModel:
             ko.check_prepared()
         batch = batch.to(self.device)
         install_attention(self.base.model)
-        plan = self.plan(batch) if self.guidance_list() else None
-        layout = self.base.layout(batch) if plan is None else GuidedLayout(self.base.adapter, plan)
+        plan, layout = self._plan_and_layout(batch)
         forward = KnockoutForward(knockouts, self._site_map(), layout)
         with knockouts_active(forward), mean_hooks(forward, self.base.sites()):
             return self._forward(batch, plan, **kwargs)
@@ -179,12 +180,12 @@ class GuidedModel:
         if not collector.knockouts:
             return []
         install_attention(self.base.model)  # the same attention function as the knocked-out forwards
-        last_only = "logits_to_keep" in inspect.signature(self.base.model.forward).parameters
-        with self.knockouts_paused():
-            for batch in batches:
-                batch = batch.to(self.device)
-                with collector.hooked(self.layout(batch), batch.batch_size):
-                    self.forward(batch, **({"logits_to_keep": 1} if last_only else {}))
+        last_only = skip_lm_head(self.base.model)
+        for batch in batches:  # _forward: no knockout acts
+            batch = batch.to(self.device)
+            plan, layout = self._plan_and_layout(batch)
+            with collector.hooked(layout, batch.batch_size):
+                self._forward(batch, plan, **last_only)
         report = collector.finish()
         self.meta["first_pass"] = report
         self._first_pass_for = self.name

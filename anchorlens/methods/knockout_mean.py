@@ -11,7 +11,7 @@ same input at the same keys over the run's batches, with every knockout off.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -78,12 +78,19 @@ def mean_hooks(forward: KnockoutForward, modules: Sequence[tuple[Site, nn.Module
     """While the block runs, every attention module where a mean knockout acts first records the key and value its
     input gives with the selected keys' rows replaced by their means (``forward.mean_kv``)."""
     means = mean_knockouts(forward.knockouts)
-    handles = []
+    hooks = []
     for site, module in modules if means else ():
         acting = [ko for ko in means if ko.applies(site)]
         if acting:
-            hook = partial(_record, forward, site, acting)
-            handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
+            hooks.append((module, partial(_record, forward, site, acting)))
+    with _pre_hooks(hooks):
+        yield
+
+
+@contextmanager
+def _pre_hooks(hooks: Sequence[tuple[nn.Module, Callable[..., Any]]]) -> Iterator[None]:
+    """Register each (module, hook) as a forward pre-hook with keyword arguments while the block runs."""
+    handles = [module.register_forward_pre_hook(hook, with_kwargs=True) for module, hook in hooks]
     try:
         yield
     finally:
@@ -124,17 +131,13 @@ class MeanCollector:
     def hooked(self, layout: LayoutProvider, batch_size: int) -> Iterator[None]:
         """While the block runs one forward of a batch of ``batch_size`` examples (``layout``: its roles), add the
         attention inputs at the keys to the sums."""
-        handles = []
+        hooks = []
         for site, module in self.modules:
             acting = [(i, ko) for i, ko in enumerate(self.knockouts) if ko.applies(site)]
             if acting:
-                hook = partial(self._add, layout, site, acting)
-                handles.append(module.register_forward_pre_hook(hook, with_kwargs=True))
-        try:
+                hooks.append((module, partial(self._add, layout, site, acting)))
+        with _pre_hooks(hooks):
             yield
-        finally:
-            for handle in handles:
-                handle.remove()
         self.examples += batch_size
 
     def _add(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,11 @@ def fingerprint_hash(facts: dict[str, Any]) -> str:
     """Short hash of fingerprint facts (every key but ``hash``); over an old fingerprint's keys it gives its old hash."""
     body = {k: v for k, v in facts.items() if k != "hash"}
     return hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def skip_lm_head(model: torch.nn.Module) -> dict:
+    """Forward kwargs that keep only the last position's logits, when the model supports it."""
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 @dataclass

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from anchorlens.analyses import average_heads, default_reducers, metrics_frame
+from anchorlens.analyses import average_heads, metrics_frame
 from anchorlens.analyses.evidence import parse_evidence
-from anchorlens.analyses.evidence_table import ALL_LAYERS, NORM, WEIGHT, example_evidence
+from anchorlens.analyses.evidence_table import NORM, WEIGHT, example_evidence, nullable_layers
 from anchorlens.capture.certificate import Certificate, certify, require_exact
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
@@ -34,6 +34,7 @@ from anchorlens.roles.jinja import JinjaTemplate
 from anchorlens.roles.templates import Template
 from anchorlens.tasks import TASKS, Task, get_task
 from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
+from anchorlens.workflows.statistics import model_reducers
 
 STATIC_DPI = 90  # the PNG fallback of a saved notebook: readable, a few hundred KB at most
 TOP_ANCHORS = 3
@@ -157,8 +158,7 @@ class Inspection:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input, with the
         evidence reducers' rows when ``inspect(evidence=...)`` asked for them (computed once)."""
         if self._frame is None:
-            extra = dict(self.evidence)
-            reducers = default_reducers(self.model.entropy_anchor() or "capsule", roles=self.prompts.roles, extra=extra)
+            reducers = model_reducers(self.model, self.prompts.roles, self.evidence)
             batches = encode_batches(self.model, [self.example], self.prompts, batch_size=1)
             stream_statistics(self.model, batches, reducers, self.selection)
             self._frame = metrics_frame(reducers, anchors=self.model.anchors())
@@ -193,7 +193,7 @@ class Inspection:
             raise UsageError("no evidence reducer ran: inspect(..., evidence='all')")
         anchors = [a for a in self.model.anchors() if a != "first_token"]
         table = example_evidence(self.metrics(per_head=True), anchors).drop(columns="example")
-        table["layer"] = pd.array([None if v == ALL_LAYERS else int(v) for v in table["layer"]], dtype="Int64")
+        table["layer"] = nullable_layers(table["layer"])
         return table
 
     def _evidence_lines(self) -> list[str]:

@@ -26,7 +26,7 @@ from anchorlens.figures import (
     save_figure,
 )
 from anchorlens.reports.bases import adapter_lines, base_sentence
-from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid
+from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid, safe_stem
 from anchorlens.reports.html import grid_html, render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -76,7 +76,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     for name in others:
         out.append(
             (
-                f"heads_diff_{_safe(name)}",
+                f"heads_diff_{safe_stem(name)}",
                 f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
                 head_diff_grid(
                     paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role, bound=bound or None
@@ -93,10 +93,6 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
         )
     )
     return out + evidence_figures(result.means, result.checkpoints, result.facts.get("evidence"))
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
 
 
 def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:

@@ -86,7 +86,7 @@ def evidence_figures(
         rows = means[means["checkpoint"] == name]
         if rows.empty:
             continue
-        stem = _safe(name)
+        stem = safe_stem(name)
         if ALPHA_FIRST in metrics:
             out += [
                 (
@@ -141,5 +141,6 @@ def evidence_figures(
     return drawn
 
 
-def _safe(name: str) -> str:
+def safe_stem(name: str) -> str:
+    """``name`` as a file stem: characters other than letters, digits, ``-``, ``_`` and ``.`` become ``_``."""
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)

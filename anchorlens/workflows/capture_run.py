@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.analyses import metrics_frame
 from anchorlens.analyses.evidence import evidence_record
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import encode_batches, stream_statistics
@@ -35,7 +35,7 @@ from anchorlens.runtime.shards import Progress, chunk_indices, concat_shards, ru
 from anchorlens.tasks.prompts import PromptOptions, Prompts
 from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.statistics import certify_capture
+from anchorlens.workflows.statistics import certify_capture, model_reducers
 
 METRICS_FILE = "metrics.parquet"
 MANIFEST_FILE = MANIFEST
@@ -85,12 +85,10 @@ def guidance_digest(model) -> str | None:
 
 def run_identity(
     ckpt: str,
-    base,
     model,
     inputs: Inputs,
     selection: Selection,
     reducers: Sequence,
-    anchors: Sequence[str],
     *,
     prompts: Prompts,
     rows: Sequence,
@@ -100,7 +98,9 @@ def run_identity(
     dtype: str | None,
     seed: int,
 ) -> tuple[str, dict]:
-    """(run key, facts): everything that changes the result, hashed; OUT path and world size excluded."""
+    """(run key, facts) of ``model`` (a GuidedModel: its base and anchors count): everything that changes the result,
+    hashed; OUT path and world size excluded."""
+    base = model.base
     facts = {
         "spec": ckpt,
         "guidance_digest": guidance_digest(model),
@@ -114,7 +114,7 @@ def run_identity(
         "n_examples": len(rows),
         "selection": dataclasses.asdict(selection),
         "reducers": [{"name": r.name, "options": r.state_options()} for r in reducers],
-        "anchors": list(anchors),
+        "anchors": list(model.anchors()),
         "batch_size": batch_size,
         "chunk_size": chunk_size,
         "max_length": max_length,
@@ -184,23 +184,20 @@ def run_capture(
         check_selection(model, selection)  # out-of-range --layers/--heads: one line before any work
         base_obj = model.base
         anchors = model.anchors()
-        entropy_anchor = model.entropy_anchor() or "capsule"
         prompts = inputs.prompts(base_obj.tokenizer, max_length)
         rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
         done = first_pass(model, rows, prompts, batch_size=batch_size, max_length=max_length)  # mode=mean knockouts
 
         def make_reducers() -> list:
-            return default_reducers(entropy_anchor, roles=prompts.roles, extra=dict(evidence or {}))
+            return model_reducers(model, prompts.roles, evidence)
 
         reducers = make_reducers()
         key, facts = run_identity(
             ckpt,
-            base_obj,
             model,
             inputs,
             selection,
             reducers,
-            anchors,
             prompts=prompts,
             rows=rows,
             batch_size=batch_size,

@@ -168,9 +168,9 @@ def compare(
         for name, model in models.items()
     }
     names = list(models)
-    anchors = dict.fromkeys(a for name in names for a in models[name].anchors() if a != "first_token")
-    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
     evidence_anchors = {name: [a for a in models[name].anchors() if a != "first_token"] for name in names}
+    anchors = dict.fromkeys(a for own in evidence_anchors.values() for a in own)  # every checkpoint's, in order
+    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
     summaries = Summaries(
         len(rows),
         added + tuple(m for a in anchors for m in anchor_metrics(a)),

@@ -33,7 +33,6 @@ from typing import Any
 
 import pandas as pd
 
-from anchorlens.analyses.defaults import default_reducers
 from anchorlens.analyses.frames import conform
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
@@ -45,7 +44,7 @@ from anchorlens.tasks import Task
 from anchorlens.tasks.prompts import Prompts
 from anchorlens.workflows.capture_run import prepare_out, run_identity
 from anchorlens.workflows.inputs import Inputs
-from anchorlens.workflows.statistics import chunk_statistics
+from anchorlens.workflows.statistics import chunk_statistics, model_reducers
 
 Chunks = list[tuple[int, list[int]]]
 
@@ -204,18 +203,13 @@ def open_ranks(
         out = Path(where).expanduser().absolute()
     identities = []
     for spec, model in zip(ckpts, models.values()):
-        reducers = default_reducers(
-            model.entropy_anchor() or "capsule", roles=prompts.roles, extra=dict(evidence or {})
-        )
         identities.append(
             run_identity(
                 spec,
-                model.base,
                 model,
                 inputs,
                 selection,
-                reducers,
-                model.anchors(),
+                model_reducers(model, prompts.roles, evidence),
                 prompts=prompts,
                 rows=rows,
                 batch_size=batch_size,

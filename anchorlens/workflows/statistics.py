@@ -11,10 +11,18 @@ from anchorlens import runtime as rt
 from anchorlens.analyses import default_reducers, metrics_frame
 from anchorlens.capture.certificate import CertifyOptions, certify, require_exact
 from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.reducer import Reducer
 from anchorlens.capture.selection import Selection
+from anchorlens.roles.table import RoleTable
 from anchorlens.tasks.prompts import Prompts
 from anchorlens.workflows.first_pass import first_pass
 from anchorlens.workflows.inputs import Inputs
+
+
+def model_reducers(model, roles: RoleTable, evidence: Mapping[str, Mapping] | None = None) -> list[Reducer]:
+    """Fresh default reducers of a run of ``model`` (entropy also of its anchor's queries) counting ``roles``, plus
+    the opt-in ``evidence`` reducers (name -> options)."""
+    return default_reducers(model.entropy_anchor() or "capsule", roles=roles, extra=evidence or {})
 
 
 def capture_statistics(
@@ -36,7 +44,6 @@ def capture_statistics(
 
     model = load_guided(model)  # a Base becomes GuidedModel(base); a GuidedModel passes
     anchors = tuple(anchors or model.anchors())
-    entropy_anchor = model.entropy_anchor() or "capsule"
     prompts = prompts or inputs.prompts(model.base.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)  # the examples, or a text task's windows
     first_pass(model, rows, prompts, batch_size=batch_size, max_length=max_length)  # every example, on every rank
@@ -44,7 +51,7 @@ def capture_statistics(
     ids = list(range(len(rows)))
     if rt.initialized():  # torchrun / accelerate: this rank streams its shard, then ranks sum their states
         ids = rt.shard(ids, info.rank, info.world_size)
-    reducers = default_reducers(entropy_anchor, roles=prompts.roles, extra=dict(evidence or {}))
+    reducers = model_reducers(model, prompts.roles, evidence)
     stream_statistics(
         model, _batches(model, rows, ids, prompts, batch_size, max_length), reducers, selection, progress=progress
     )
@@ -76,8 +83,7 @@ def chunk_statistics(
     this chunk only); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``; ``evidence``: the opt-in evidence
     reducers to add (name -> options)."""
     anchors = tuple(anchors or model.anchors())
-    extra = dict(evidence or {})
-    reducers = default_reducers(model.entropy_anchor() or "capsule", roles=prompts.roles, extra=extra)
+    reducers = model_reducers(model, prompts.roles, evidence)
     batches = _batches(model, rows, ids, prompts, batch_size, max_length)
     stream_statistics(model, batches, reducers, selection, progress=progress)
     return metrics_frame(reducers, anchors=anchors)
