@@ -8,8 +8,8 @@ CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS,
 
 Modes: ``plain`` (sdpa, ``logits_to_keep=1``), ``eager`` (eager + output_attentions, every layer's
 first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchorlens streaming with the
-default reducers, as ``capture`` runs them: chunks of 32 examples whose rows go to a parquet file on disk, so
-nothing of a finished chunk stays in memory), ``evidence`` (``fast`` plus ``value_mass`` and ``sink_battery``,
+default reducers, as ``capture`` runs them: chunks of 32 examples whose metric rows go to a parquet shard on
+disk, so nothing of a finished chunk stays in memory), ``evidence`` (``fast`` plus ``value_mass`` and ``sink_battery``,
 the issue's cost target) and ``evidence_all`` (also ``massive_activations``: what ``--evidence all`` costs),
 ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
 ``transformerlens`` only when importable (optional extras, never installed by anchorlens).
@@ -111,10 +111,7 @@ def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarra
 
 def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np.ndarray]]:
     """Run one mode over all batches; (cpu seconds, wall seconds, example -> [L, H] first-token mass)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from anchorlens.analyses import EVIDENCE_REDUCERS, default_reducers
+    from anchorlens.analyses import EVIDENCE_REDUCERS, default_reducers, metrics_frame
     from anchorlens.capture.collect import collect_maps, stream_statistics
     from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
@@ -137,21 +134,12 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
     def streaming(bs, which, extra=()):
         per_chunk = CHUNK // BATCH
         with tempfile.TemporaryDirectory() as tmp:
-            writers: dict[str, Any] = {}  # one parquet file per reducer (their row schemas differ)
             for start in range(0, len(bs), per_chunk):
                 reducers = default_reducers(extra=extra)
                 stream_statistics(base, bs[start : start + per_chunk], reducers, options=CaptureOptions(mode=which))
-                for reducer in reducers:  # each chunk's rows to disk, as capture writes them
-                    frame = reducer.frame()
-                    if frame.empty:
-                        continue
-                    table = pa.Table.from_pandas(frame, preserve_index=False)
-                    if reducer.name not in writers:
-                        writers[reducer.name] = pq.ParquetWriter(Path(tmp) / f"{reducer.name}.parquet", table.schema)
-                    writers[reducer.name].write_table(table.cast(writers[reducer.name].schema))
-                masses.update(masses_from_frame(reducers[1].frame(), layers, heads))
-            for writer in writers.values():
-                writer.close()
+                frame = metrics_frame(reducers)  # each chunk's rows to a shard on disk, as capture writes them
+                frame.to_parquet(Path(tmp) / f"shard-{start:05d}.parquet", index=False, compression="zstd")
+                masses.update(masses_from_frame(frame, layers, heads))
 
     def maps(bs):
         for amap in collect_maps(base, bs, max_examples=len(bs) * BATCH):
