@@ -9,7 +9,8 @@ CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS,
 Modes: ``plain`` (sdpa, ``logits_to_keep=1``), ``eager`` (eager + output_attentions, every layer's
 first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchorlens streaming with the
 default reducers, as ``capture`` runs them: chunks of 32 examples whose metric rows go to a parquet shard on
-disk, so nothing of a finished chunk stays in memory), ``evidence`` (``fast`` plus ``value_mass`` and ``sink_battery``,
+disk through capture's own shard writer, so nothing of a finished chunk stays in memory, and the shards are
+concatenated into one ``metrics.parquet`` at the end), ``evidence`` (``fast`` plus ``value_mass`` and ``sink_battery``,
 the issue's cost target) and ``evidence_all`` (also ``massive_activations``: what ``--evidence all`` costs),
 ``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
 ``transformerlens`` only when importable (optional extras, never installed by anchorlens).
@@ -115,6 +116,7 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
     from anchorlens.capture.collect import collect_maps, stream_statistics
     from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
+    from anchorlens.runtime.shards import Progress, concat_shards, run_chunks
 
     base = load_base("smollm2-135m")
     batches = rte_batches(base, n)
@@ -133,13 +135,19 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
 
     def streaming(bs, which, extra=()):
         per_chunk = CHUNK // BATCH
+        chunks = [(c, list(range(c, min(c + per_chunk, len(bs))))) for c in range(0, len(bs), per_chunk)]
+
+        def compute(ids):  # as capture's chunks: fresh reducers, the chunk's metric rows, saved as a shard
+            reducers = default_reducers(extra=extra)
+            stream_statistics(base, [bs[i] for i in ids], reducers, options=CaptureOptions(mode=which))
+            frame = metrics_frame(reducers)
+            masses.update(masses_from_frame(frame, layers, heads))
+            return frame
+
         with tempfile.TemporaryDirectory() as tmp:
-            for start in range(0, len(bs), per_chunk):
-                reducers = default_reducers(extra=extra)
-                stream_statistics(base, bs[start : start + per_chunk], reducers, options=CaptureOptions(mode=which))
-                frame = metrics_frame(reducers)  # each chunk's rows to a shard on disk, as capture writes them
-                frame.to_parquet(Path(tmp) / f"shard-{start:05d}.parquet", index=False, compression="zstd")
-                masses.update(masses_from_frame(frame, layers, heads))
+            progress = Progress(tmp, f"bench-{which}")
+            run_chunks(chunks, compute, progress)  # capture's own shard writer and commit markers
+            concat_shards(progress, chunks, Path(tmp) / "metrics.parquet")  # and its final metrics.parquet
 
     def maps(bs):
         for amap in collect_maps(base, bs, max_examples=len(bs) * BATCH):

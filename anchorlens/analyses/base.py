@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.frames import ALL, concat_frames, empty_frame
+from anchorlens.analyses.frames import ALL
+from anchorlens.analyses.rows import Rows
 from anchorlens.analyses.shared import columns_of_layout
 from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
@@ -29,7 +30,12 @@ def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, to
 def mean_of(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """``sums / counts`` broadcast over trailing dims of ``sums``, 0 where the count is 0."""
     c = counts.reshape(counts.shape + (1,) * (sums.dim() - counts.dim()))
-    return torch.where(c > 0, sums / c.clamp_min(1e-300), torch.zeros_like(sums))
+    return (sums / c.clamp_min(1e-300)).masked_fill_(c <= 0, 0.0)
+
+
+def _ascending(index: torch.Tensor) -> bool:
+    """Whether a 1-d index is already sorted (then reordering by it would copy every array for nothing)."""
+    return index.numel() < 2 or bool((index[1:] >= index[:-1]).all())
 
 
 class SiteReducer:
@@ -83,9 +89,9 @@ class SiteReducer:
         """A stage's sums: name -> [L or 1, B, H or 1, *shape] (size-1 dims broadcast over slots or heads)."""
         raise NotImplementedError
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """Tidy rows of one site from its arrays (rows sorted by example, columns by head)."""
         raise NotImplementedError
 
@@ -171,19 +177,27 @@ class SiteReducer:
             {(str(site["stack"]), int(site["layer"])): SiteTable.from_state(shapes, site) for site in state["sites"]}
         )
 
-    def frame(self) -> pd.DataFrame:
-        """Tidy rows (see :mod:`anchorlens.analyses.frames`), sorted by stack, layer, example, head."""
+    def rows(self) -> Rows:
+        """Tidy rows as columns (:class:`~anchorlens.analyses.rows.Rows`), sorted by stack, layer, example, head."""
         self.flush()
         parts = []
         for (stack, layer), table in self._sums.items():
             examples, heads = table.examples, table.heads
             if examples.numel() == 0 or heads.numel() == 0:
                 continue
-            row_order = torch.argsort(examples)
-            col_order = torch.argsort(heads)
-            arrays = {k: v[row_order][:, col_order] for k, v in table.trimmed().items()}
-            parts.append(self._site_frame(stack, layer, examples[row_order].numpy(), heads[col_order].numpy(), arrays))
-        return concat_frames(parts) if parts else empty_frame()
+            arrays = table.trimmed()
+            if not _ascending(examples):
+                row_order = torch.argsort(examples)
+                examples, arrays = examples[row_order], {k: v.index_select(0, row_order) for k, v in arrays.items()}
+            if not _ascending(heads):
+                col_order = torch.argsort(heads)
+                heads, arrays = heads[col_order], {k: v.index_select(1, col_order) for k, v in arrays.items()}
+            parts.append(self._site_rows(stack, layer, examples.numpy(), heads.numpy(), arrays))
+        return Rows.concat(parts)
+
+    def frame(self) -> pd.DataFrame:
+        """Tidy rows (see :mod:`anchorlens.analyses.frames`), sorted by stack, layer, example, head."""
+        return self.rows().frame()
 
     def sites(self) -> list[tuple[str, int]]:
         """The (stack, layer) sites seen so far, sorted."""

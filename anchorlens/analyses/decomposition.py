@@ -28,12 +28,12 @@ query) for each query role present and the pooled ``input`` and ``guidance`` gro
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of
-from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE, concat_frames, empty_frame, long_frame
+from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import (
     ROLE_COLUMNS,
     ROLE_START,
@@ -183,26 +183,26 @@ class DecompositionReducer(SiteReducer):
             }
         )
 
-    def frame(self) -> pd.DataFrame:
+    def rows(self) -> Rows:
         """``decomposition`` rows per head plus ``visible_share``/``visible_keys`` rows (head <NA>: over all heads)."""
-        parts = [super().frame()]
+        parts = [super().rows()]
         for (stack, layer), table in self._vis.items():
             examples = table.examples
             if examples.numel() == 0:
                 continue
             order = torch.argsort(examples)
             arrays = {k: v[order][:, :1] for k, v in table.trimmed().items()}
-            parts.append(_visibility_frame(stack, layer, examples[order].numpy(), arrays, self.roles))
-        return concat_frames(parts)
+            parts.append(_visibility_rows(stack, layer, examples[order].numpy(), arrays, self.roles))
+        return Rows.concat(parts)
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """value [N, H, 2, P + 1] = mass / count (parts, then the guidance total)."""
         mass = arrays["mass"]
         mass = torch.cat([mass, mass[..., [1 + i for i in self.roles.guidance_ids]].sum(-1, keepdim=True)], -1)
         value = mean_of(mass, arrays["count"])
-        return long_frame(
+        return long_rows(
             stack,
             layer,
             examples,
@@ -215,9 +215,9 @@ class DecompositionReducer(SiteReducer):
         )
 
 
-def _visibility_frame(
+def _visibility_rows(
     stack: str, layer: int, examples: np.ndarray, arrays: dict[str, torch.Tensor], roles: RoleTable
-) -> pd.DataFrame:
+) -> Rows:
     """visible_share / visible_keys rows (head <NA>: over all heads) from pairs [N, 1, R, R+1] and queries [N, 1, R]."""
     pairs, queries = arrays["pairs"], arrays["queries"]
     inputs, guidance = list(roles.input_ids), list(roles.guidance_ids)
@@ -232,10 +232,10 @@ def _visibility_frame(
     labels = roles.names + QUERY_GROUPS
     heads = None  # one column of rows over all heads (head <NA>)
     if examples.size == 0:
-        return empty_frame()
-    return concat_frames(
+        return Rows.empty()
+    return Rows.concat(
         [
-            long_frame(
+            long_rows(
                 stack,
                 layer,
                 examples,
@@ -246,7 +246,7 @@ def _visibility_frame(
                 labels,
                 roles.names + (SINK,) + QUERY_GROUPS,
             ),
-            long_frame(
+            long_rows(
                 stack,
                 layer,
                 examples,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of, with_all
-from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame
+from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import PLOGP_COLUMNS, column_mass, column_plogp, visible_key_counts
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
@@ -113,12 +113,12 @@ class EntropyReducer(SiteReducer):
             "content_count": sums[..., 2],
         }
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """``entropy`` rows ([N, H, R+1]) and ``anchor_content_entropy`` rows ([N, H, 1 or R])."""
         total, count = with_all(arrays["sum"], arrays["count"])
-        overall = long_frame(
+        overall = long_rows(
             stack,
             layer,
             examples,
@@ -135,7 +135,7 @@ class EntropyReducer(SiteReducer):
             i = self.anchor_role
             c_sum, c_count = c_sum[:, :, i : i + 1], c_count[:, :, i : i + 1]
             labels = (self.roles.names[i],)
-        anchor = long_frame(
+        anchor = long_rows(
             stack,
             layer,
             examples,
@@ -146,4 +146,4 @@ class EntropyReducer(SiteReducer):
             labels,
             (Role.CONTENT.label,),
         )
-        return concat_frames([overall, anchor])
+        return Rows.concat([overall, anchor])

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of, with_all
-from anchorlens.analyses.frames import NO_ROLE, long_frame
+from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import FIRST_KEY, anchor_key_index, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
@@ -74,13 +74,13 @@ class FirstTokenReducer(SiteReducer):
             "count": stage.query_counts() * stage.constants["found"],
         }
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """value [N, H, R+1, 1] = sum / count with the ``all`` query role appended."""
         total, count = with_all(arrays["sum"], arrays["count"])
         value = mean_of(total, count).unsqueeze(-1)
-        return long_frame(
+        return long_rows(
             stack,
             layer,
             examples,

@@ -56,6 +56,7 @@ _DTYPES = {
     "value": "float64",
     "count": "float64",
 }
+_RESOLVED = {c: pd.api.types.pandas_dtype(d) for c, d in _DTYPES.items()}
 
 
 def arrow_schema(columns: Iterable[str]) -> Any:
@@ -96,9 +97,24 @@ def conform(df: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise ValueError(f"frame lacks tidy columns {missing}")
     extra = [c for c in df.columns if c not in COLUMNS]
-    out = df[list(COLUMNS) + extra].assign(head=head_column(df["head"]))
-    out = out.astype({c: _DTYPES[c] for c in COLUMNS})
+    out = df[list(COLUMNS) + extra]
+    if not _is_head_column(out["head"]):
+        out = out.assign(head=head_column(out["head"]))
+    casts = {c: _DTYPES[c] for c in COLUMNS if out[c].dtype != _RESOLVED[c]}
+    if casts:  # only the columns whose dtype differs: casting a conformant column copies it for nothing
+        out = out.astype(casts)
+    index = out.index
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+        return out
     return out.reset_index(drop=True)
+
+
+def _is_head_column(head: pd.Series) -> bool:
+    """Whether ``head`` is already what :func:`head_column` returns (nullable Int64, no negative index)."""
+    if head.dtype != _RESOLVED["head"]:
+        return False
+    values = head.to_numpy(dtype=np.float64, na_value=np.nan)
+    return not bool((values < 0).any())
 
 
 def head_column(head: pd.Series) -> pd.Series:
@@ -128,86 +144,6 @@ def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
     if not frames:
         return empty_frame()
     return conform(pd.concat(frames, ignore_index=True))
-
-
-def long_frame(
-    stack: str,
-    layer: int,
-    examples: np.ndarray,
-    heads: np.ndarray | None,
-    metric: str,
-    value: np.ndarray,
-    count: np.ndarray,
-    query_labels: Sequence[str],
-    key_labels: Sequence[str],
-) -> pd.DataFrame:
-    """Tidy rows of one site from dense arrays; cells whose count is 0 are left out.
-
-    examples: [N]; heads: [H] model head indices, or None for one column of rows averaged over heads
-    (head <NA>); value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels; key_labels: R labels.
-    """
-    keep = np.broadcast_to((count > 0)[..., None], value.shape)
-    n, h, s, r = np.nonzero(keep)
-    if n.size == 0:
-        return empty_frame()
-    return pd.DataFrame(
-        {
-            "example": np.asarray(examples, dtype=np.int64)[n],
-            "stack": stack,
-            "layer": int(layer),
-            "head": pd.array([None] * len(h), dtype="Int64")
-            if heads is None
-            else pd.array(np.asarray(heads, dtype=np.int64)[h], dtype="Int64"),
-            "metric": metric,
-            "query_role": pd.array(list(query_labels), dtype="str").take(s),
-            "key_role": pd.array(list(key_labels), dtype="str").take(r),
-            "value": value[n, h, s, r].astype(np.float64),
-            "count": count[n, h, s].astype(np.float64),
-        }
-    )
-
-
-def cell_frame(
-    stack: str,
-    layer: int,
-    examples: np.ndarray,
-    heads: np.ndarray | None,
-    metric: str,
-    value: np.ndarray,
-    count: np.ndarray,
-    keep: np.ndarray,
-    query_role: str | np.ndarray = ALL,
-    key_role: str | np.ndarray = NO_ROLE,
-) -> pd.DataFrame:
-    """Tidy rows of one metric of one site from [N, H] arrays, for metrics whose roles differ from cell to cell.
-
-    examples: [N]; heads: [H] model head indices, or None for one column of rows over all heads (head <NA>);
-    value, count, keep (bool: which cells give a row): [N, H]; query_role / key_role: one label, or [N, H] labels.
-    """
-    n, h = np.nonzero(keep)
-    if n.size == 0:
-        return empty_frame()
-
-    def labels(role: str | np.ndarray) -> Any:
-        return (
-            role if isinstance(role, str) else pd.array(np.asarray(role, dtype=object)[n, h].astype(str), dtype="str")
-        )
-
-    return pd.DataFrame(
-        {
-            "example": np.asarray(examples, dtype=np.int64)[n],
-            "stack": stack,
-            "layer": int(layer),
-            "head": pd.array([None] * n.size, dtype="Int64")
-            if heads is None
-            else pd.array(np.asarray(heads, dtype=np.int64)[h], dtype="Int64"),
-            "metric": metric,
-            "query_role": labels(query_role),
-            "key_role": labels(key_role),
-            "value": np.asarray(value, dtype=np.float64)[n, h],
-            "count": np.asarray(count, dtype=np.float64)[n, h],
-        }
-    )
 
 
 def average_heads(df: pd.DataFrame) -> pd.DataFrame:

@@ -27,12 +27,12 @@ in two shards, averages), merged by adding.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer
-from anchorlens.analyses.frames import ALL, cell_frame, concat_frames, empty_frame
+from anchorlens.analyses.frames import ALL
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, cell_rows
 from anchorlens.capture.event import AttentionEvent, HiddenEvent
 from anchorlens.errors import UsageError
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
@@ -128,19 +128,19 @@ class MassiveActivationsReducer(SiteReducer):
         site = (event.stack, int(event.layer))
         self._sums.add([site], event.example_ids, _ALL_HEADS, {k: v[None] for k, v in arrays.items()})
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """Rows of one site (module docstring) from arrays [N, 1, ...]."""
         seen = arrays["seen"][..., 0].numpy()  # [N, 1]
         ok = seen > 0
         if not ok.any():
-            return empty_frame()
+            return Rows.empty()
         n_seen = np.maximum(seen, 1e-300)
         top, stats = arrays["top"].numpy(), arrays["stats"].numpy()
         median, massive, positions = (stats[..., i] / n_seen for i in range(3))
         names = np.asarray(self.roles.names, dtype=object)
-        rows = lambda metric, value, keep, query_role=ALL: cell_frame(  # noqa: E731
+        rows = lambda metric, value, keep, query_role=ALL: cell_rows(  # noqa: E731
             stack, layer, examples, None, metric, value, positions, keep, query_role
         )
         parts = [rows(MEDIAN, median, ok), rows(COUNT, massive, ok)]
@@ -155,4 +155,4 @@ class MassiveActivationsReducer(SiteReducer):
             parts.append(rows(f"{DIM}{r + 1}", top[..., 2, r] / denom, there, role))
             parts.append(rows(f"{ABS_FLAG}{r + 1}", (value > self.abs_threshold).astype(np.float64), there, role))
             parts.append(rows(f"{RATIO_FLAG}{r + 1}", (value > self.ratio * median).astype(np.float64), there, role))
-        return concat_frames(parts)
+        return Rows.concat(parts)

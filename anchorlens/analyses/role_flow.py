@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of, with_all
-from anchorlens.analyses.frames import long_frame
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import ROLE_COLUMNS, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
@@ -42,13 +41,13 @@ class RoleFlowReducer(SiteReducer):
         """mass [L, B, H, R, R] (query role x key role), count [1, B, 1, R] (float64)."""
         return {"mass": stage.role_sums_of()[..., ROLE_COLUMNS], "count": stage.query_counts()}
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """value [N, H, R+1, R] = mass / count with the ``all`` query role appended."""
         mass, count = with_all(arrays["mass"], arrays["count"])
         value = mean_of(mass, count)
-        return long_frame(
+        return long_rows(
             stack,
             layer,
             examples,

@@ -43,8 +43,9 @@ import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer
-from anchorlens.analyses.frames import ALL, NO_ROLE, cell_frame, concat_frames, empty_frame, per_head
+from anchorlens.analyses.frames import ALL, NO_ROLE, per_head
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, cell_rows
 from anchorlens.analyses.shared import anchor_key_index
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
@@ -200,14 +201,14 @@ class SinkBatteryReducer(SiteReducer):
         }
 
     # -- frame -------------------------------------------------------------------------------
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """Rows of one site (module docstring) from arrays [N, H, ...]."""
         seen = arrays["seen"][..., 0].numpy()  # [N, H]
         ok = seen > 0
         if not ok.any():
-            return empty_frame()
+            return Rows.empty()
         n_seen = np.maximum(seen, 1e-300)
         n_queries = arrays["seen"][..., 1].numpy() / n_seen
         names = np.asarray(self.roles.names + (NO_ROLE,), dtype=object)
@@ -216,7 +217,7 @@ class SinkBatteryReducer(SiteReducer):
             return names[np.clip(np.rint(ids), 0, len(names) - 1).astype(np.int64)]
 
         first, top, flags = (arrays[k].numpy() for k in ("first", "top", "flags"))
-        rows = lambda metric, value, count, keep, key_role=NO_ROLE, heads=heads: cell_frame(  # noqa: E731
+        rows = lambda metric, value, count, keep, key_role=NO_ROLE, heads=heads: cell_rows(  # noqa: E731
             stack, layer, examples, heads, metric, value, count, keep, ALL, key_role
         )
         first_queries = first[..., 1] / n_seen
@@ -246,7 +247,7 @@ class SinkBatteryReducer(SiteReducer):
                 parts.append(
                     rows(eps_label(rate_metric, eps), rate, n_queries.max(1, keepdims=True), heads_seen > 0, heads=None)
                 )
-        return concat_frames(parts)
+        return Rows.concat(parts)
 
 
 def sink_rates(frame: pd.DataFrame, eps: float = DEFAULT_EPS[0], any_key: bool = False) -> pd.DataFrame:

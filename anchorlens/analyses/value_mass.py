@@ -22,12 +22,12 @@ per head are refused at the first attention call (one line).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from anchorlens.analyses.base import SiteReducer, mean_of, with_all
-from anchorlens.analyses.frames import NO_ROLE, concat_frames, long_frame
+from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
+from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import FIRST_KEY, ROLE_START, SINK_KEY, VALID_KEY, key_columns
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
@@ -82,18 +82,18 @@ class ValueMassReducer(SiteReducer):
         sums = stage.role_sums(stage.stacked(0))  # [L, B, H, R, 2 (P + 1)]
         return {"sum": sums.unflatten(-1, (2, -1)), "count": stage.query_counts()}
 
-    def _site_frame(
+    def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
-    ) -> pd.DataFrame:
+    ) -> Rows:
         """value [N, H, R+1, P] = sum / count per metric, the ``all`` query role appended."""
         total, count = with_all(arrays["sum"], arrays["count"])  # [N, H, R+1, 2, P+1], [N, H, R+1]
         value = mean_of(total, count).numpy()
         n = count.numpy()
         labels = self.query_labels
-        return concat_frames(
+        return Rows.concat(
             [
-                long_frame(stack, layer, examples, heads, NORM_MASS, value[..., 0, :-1], n, labels, self.key_labels),
-                long_frame(stack, layer, examples, heads, NORM_SHARE, value[..., 1, :-1], n, labels, self.key_labels),
-                long_frame(stack, layer, examples, heads, NORM_TOTAL, value[..., 0, -1:], n, labels, (NO_ROLE,)),
+                long_rows(stack, layer, examples, heads, NORM_MASS, value[..., 0, :-1], n, labels, self.key_labels),
+                long_rows(stack, layer, examples, heads, NORM_SHARE, value[..., 1, :-1], n, labels, self.key_labels),
+                long_rows(stack, layer, examples, heads, NORM_TOTAL, value[..., 0, -1:], n, labels, (NO_ROLE,)),
             ]
         )

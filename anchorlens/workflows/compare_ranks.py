@@ -4,7 +4,7 @@ The examples are cut into the same chunks as in one process (:func:`~anchorlens.
 For each checkpoint, each rank computes its share of the chunks (strided, :func:`~anchorlens.runtime.distributed.
 shard`) exactly as one process does (:func:`~anchorlens.workflows.statistics.chunk_statistics`: fresh reducers per
 chunk, the same batches) and saves each chunk's metric rows as a shard of the capture command's progress store
-(:class:`~anchorlens.runtime.shards.Progress`, ``OUT/.progress/shard-XXXXX.parquet`` + its ``.json`` commit marker).
+(:class:`~anchorlens.runtime.shards.Progress`, ``OUT/.progress/shard-XXXXX.arrow`` + its ``.json`` commit marker).
 After a barrier, rank 0 reads the shards back one at a time, in chunk order, and hands them to compare's
 :class:`~anchorlens.workflows.compare_summaries.Summaries` as the one-process path hands its chunks: the statistics,
 ``metrics.parquet`` and every table are the same. Nothing of the per-example data crosses ranks in memory (no
@@ -102,11 +102,9 @@ class RankRun:
 
     def _read(self, shards: Chunks) -> Iterator[pd.DataFrame]:
         """Rank 0: every shard, in order, as read from disk (one in memory at a time); missing ones: one line."""
-        import pyarrow.parquet as pq
-
         require_done(self.store, shards)
         for shard, _ids in shards:
-            yield pq.read_table(self.store.paths(shard)[0]).replace_schema_metadata(None).to_pandas()
+            yield self.store.read(shard).to_pandas()
 
     def frames(
         self,
