@@ -13,13 +13,21 @@ batches and rounds, relative to plain, and the spread of the per-round ratios.
 that one, ``fast+NAME``) and one with all of them (``fast+extra``), in the same rotation: the cost of a reducer
 is its mode's ratio beside ``fast``'s.
 
-Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES]``.
+``--rows`` charges the fast modes with what ``capture`` does after the forward, as it does it: every chunk of 32
+examples (4 batches) the reducers' ``metrics_frame`` (derived metrics and mask flags included), saved as a progress
+shard by capture's own writer, fresh reducers for the next chunk, and at the end of the round the shards
+concatenated into one ``metrics.parquet`` (:func:`~anchorlens.runtime.shards.concat_shards`): the end-to-end
+cost of streaming capture, still paired batch by batch with the plain forward.
+
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES] [--rows]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,7 +35,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peers import eager_statistics, plain_forward, rotated, rte_batches  # noqa: E402
+from bench_peers import BATCH, CHUNK, eager_statistics, plain_forward, rotated, rte_batches  # noqa: E402
 
 MODES = ("plain", "eager", "fast")
 
@@ -38,13 +46,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--extra", default="", help="reducer names to add to the defaults, each as its own mode")
+    parser.add_argument("--rows", action="store_true", help="also build, save and concatenate each chunk's rows")
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
-    from anchorlens.analyses import default_reducers
+    from anchorlens.analyses import default_reducers, metrics_frame
     from anchorlens.analyses.registry import make_reducer
     from anchorlens.capture.run import capture_batch
     from anchorlens.capture.sinks import StreamSink
     from anchorlens.models.loading import load_base
+    from anchorlens.runtime.shards import Progress, concat_shards
 
     base = load_base("smollm2-135m")
     batches = rte_batches(base)
@@ -52,21 +62,41 @@ def main() -> None:
     # every batch, the reducers flushed once at the end of the round (timed, and charged to fast)
     extra = [n for n in args.extra.split(",") if n]
     variants = {"fast": []} | {f"fast+{n}": [n] for n in extra} | ({"fast+extra": extra} if len(extra) > 1 else {})
-    sinks = {
-        mode: StreamSink(default_reducers() + [make_reducer(n) for n in names]) for mode, names in variants.items()
+    reducers = {
+        mode: lambda names=names: default_reducers() + [make_reducer(n) for n in names]
+        for mode, names in variants.items()
     }
+    sinks = {mode: StreamSink(make()) for mode, make in reducers.items()}
     scratches: dict[str, dict] = {mode: {} for mode in variants}
+    per_chunk = CHUNK // BATCH
+    folder = Path(tempfile.mkdtemp(prefix="bench-paired-"))
 
     def fast(mode):
         return lambda b: capture_batch(base, b, sinks[mode], need_logits=False, scratch=scratches[mode])
+
+    def end_chunk(mode: str, chunk: int, r: int) -> None:
+        """The chunk's rows saved as capture saves them; fresh reducers for the next chunk."""
+        sink = sinks[mode]
+        sink.close()
+        if args.rows:
+            progress = Progress(folder / f"{mode}-{r}", mode)
+            progress.save(chunk, [chunk], metrics_frame(sink.reducers))
+            sinks[mode] = StreamSink(reducers[mode]())
+
+    def end_round(mode: str, r: int, chunks: int) -> None:
+        """The round's shards concatenated into one metrics.parquet, as capture finishes."""
+        if args.rows:
+            progress = Progress(folder / f"{mode}-{r}", mode)
+            concat_shards(progress, [(c, [c]) for c in range(chunks)], folder / f"{mode}-{r}.parquet")
 
     modes = (*MODES, *[m for m in variants if m != "fast"])
     run = {"plain": lambda b: plain_forward(base, b), "eager": lambda b: eager_statistics(base, b)}
     run |= {mode: fast(mode) for mode in variants}
     for mode in modes:  # warm-up: installs the attention function, sizes the allocator
         run[mode](batches[0])
-    for sink in sinks.values():
-        sink.close()
+    for mode in variants:
+        sinks[mode].close()
+        sinks[mode] = StreamSink(reducers[mode]())
     rounds = []
     for r in range(args.repeats):
         cpu = dict.fromkeys(modes, 0.0)
@@ -74,17 +104,21 @@ def main() -> None:
             for mode in rotated(modes, r * len(batches) + i):
                 t = time.process_time()
                 run[mode](b)
+                if mode in variants and (i % per_chunk == per_chunk - 1 or i == len(batches) - 1):
+                    end_chunk(mode, i // per_chunk, r)
                 cpu[mode] += time.process_time() - t
-        for mode, sink in sinks.items():
+        for mode in variants:
             t = time.process_time()
-            sink.close()
+            end_round(mode, r, -(-len(batches) // per_chunk))
             cpu[mode] += time.process_time() - t
         rounds.append(cpu)
         print({m: round(cpu[m] / cpu["plain"], 4) for m in modes}, flush=True)
+    shutil.rmtree(folder, ignore_errors=True)
     total = {m: sum(r[m] for r in rounds) for m in modes}
     print(
         f"\nSmolLM2-135M, 64 RTE examples, batch 8, {args.threads} thread(s), {args.repeats} rounds, "
         "modes alternating per batch in one process"
+        + (", each chunk's rows built, saved and concatenated" if args.rows else "")
     )
     print("| mode | CPU time vs plain (all rounds) | vs fast | per round (vs plain) |")
     print("|---|---|---|---|")
