@@ -36,11 +36,11 @@ def label_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers)
 def answer_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers) -> tuple[torch.Tensor, torch.Tensor]:
     """([B, L] label scores as :func:`label_scores`, [B, V] float32 log-probabilities of the next token at the
     answer position): decoder-only, the last input position; encoder-decoder, the first target position."""
-    logits = model.forward(batch.encoded).logits
-    if batch.answer_pos is not None:
-        logp = answer_log_probs(logits, batch.answer_pos)
-        choice = torch.tensor(verbalizers.choice, dtype=torch.long, device=logits.device)
+    if batch.answer_pos is not None:  # the LM head only at the answer positions
+        logp = torch.log_softmax(model.next_token_logits(batch.encoded, batch.answer_pos).float(), dim=-1)
+        choice = torch.tensor(verbalizers.choice, dtype=torch.long, device=logp.device)
         return logp[:, choice], logp
+    logits = model.forward(batch.encoded).logits
     if batch.target_labels is None or batch.target_weight is None:
         raise ValueError("a scoring batch needs answer positions (decoder) or target labels (encoder-decoder)")
     scores = seq2seq_scores(logits, batch.target_labels, batch.target_weight, batch.num_labels)
