@@ -205,7 +205,7 @@ _BUILTIN_INPUTS: tuple[str, ...] = tuple(r.label for r in INPUT_ROLES)
 def input_labels(df: pd.DataFrame) -> tuple[str, ...]:
     """The input (non-guidance) role labels among ``df``'s query roles, built-ins first, then in order of first
     appearance; the built-in input roles when ``df`` has none (the run's roles come from its frame)."""
-    seen = pd.unique(df["query_role"].astype(str)) if "query_role" in df.columns and len(df) else []
+    seen = [str(r) for r in df["query_role"].unique()] if "query_role" in df.columns and len(df) else []
     found = [r for r in seen if r not in POOLED_LABELS and r not in GUIDANCE_NAMES and "+" not in r]
     if not found:
         return _BUILTIN_INPUTS

@@ -50,16 +50,21 @@ def example_effects(
     *,
     batch_size: int = 8,
     max_length: int | None = None,
+    window: int | None = None,
 ) -> pd.DataFrame:
     """Long frame (checkpoint, example, metric, value): per example ``correct`` (1/0), ``nll`` and ``kl`` (vs the
     first of ``models``); unlabelled examples of a labelled task have NaN ``correct`` and ``nll``.
+
+    ``window``: a labelled task's batches are cut from each run of ``window`` consecutive examples sorted by length
+    (less padding; the same windows give the same batches, so ranks that split the examples at window bounds
+    compute what one process does); None keeps the examples' order. Rows come in the examples' order either way.
 
     Every model must share one base (``compare`` loads them so). A task without labels gives ``nll`` (mean over
     the text's next tokens) and ``kl`` (mean over the same positions); an encoder-decoder base gives no rows
     for it.
     """
     if task.has_labels:
-        records = _label_effects(models, examples, task, prompts, batch_size, max_length)
+        records = _label_effects(models, examples, task, prompts, batch_size, max_length, window)
     else:
         records = _text_effects(models, examples, prompts, batch_size, max_length)
     return pd.DataFrame.from_records(records, columns=list(EFFECT_COLUMNS))
@@ -72,12 +77,13 @@ def _label_effects(
     prompts: PromptRenderer,
     batch_size: int,
     max_length: int | None,
+    window: int | None = None,
 ) -> list[tuple]:
     first = next(iter(models.values()))
     base = first.base
     verbalizers = verbalizer_ids(base.tokenizer, task)
     out: list[tuple] = []
-    for span in chunks(len(examples), batch_size):
+    for span in _batches(examples, prompts, batch_size, window):
         part = [examples[i] for i in span]
         batch = scoring_batch(
             base, task, part, verbalizers, example_ids=list(span), max_length=max_length, prompts=prompts
@@ -98,6 +104,20 @@ def _label_effects(
             }
             for metric, v in values.items():
                 out.extend((name, i, metric, float(x)) for i, x in zip(span, v.tolist()))
+    order = {name: k for k, name in enumerate(models)}
+    kinds = {metric: k for k, metric in enumerate(EFFECTS)}
+    return sorted(out, key=lambda r: (r[1] // batch_size, order[r[0]], kinds[r[2]], r[1]))  # the examples' order
+
+
+def _batches(examples: Sequence[dict], prompts: PromptRenderer, batch_size: int, window: int | None) -> list[list[int]]:
+    """Example indices per batch: in order (``window`` None), or each window of consecutive examples longest first."""
+    if window is None:
+        return [list(span) for span in chunks(len(examples), batch_size)]
+    out: list[list[int]] = []
+    for start in range(0, len(examples), max(1, window)):
+        ids = list(range(start, min(start + max(1, window), len(examples))))
+        ids.sort(key=lambda i: len(prompts.render(examples[i]).text), reverse=True)
+        out += [ids[k : k + batch_size] for k in range(0, len(ids), batch_size)]
     return out
 
 

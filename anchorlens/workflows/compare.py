@@ -26,7 +26,7 @@ from anchorlens.progress import stage
 from anchorlens.rundir import OutClaim
 from anchorlens.runtime.shards import chunk_indices
 from anchorlens.tasks.prompts import PromptOptions
-from anchorlens.workflows.compare_ranks import open_ranks
+from anchorlens.workflows.compare_ranks import effect_span, open_ranks
 from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
@@ -202,7 +202,15 @@ def compare(
     effect_rows = (
         ranks.effects(models, rows, inputs.task, prompts, max_length=max_length)
         if ranks is not None
-        else example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+        else example_effects(
+            models,
+            rows,
+            inputs.task,
+            prompts,
+            batch_size=batch_size,
+            max_length=max_length,
+            window=effect_span(batch_size, chunk_size),  # the ranks' shards: the same batches either way
+        )
     )
     if ranks is not None and ranks.rank != 0:  # rank 0 holds every example's rows and computes the statistics
         return Comparison(names, inputs, headline=pd.DataFrame(), paired=pd.DataFrame(), maps=maps)

@@ -148,7 +148,9 @@ class RankRun:
 
         def compute(ids: Sequence[int]) -> pd.DataFrame:
             part = [rows[i] for i in ids]
-            frame = example_effects(models, part, task, prompts, batch_size=self.batch_size, max_length=max_length)
+            frame = example_effects(
+                models, part, task, prompts, batch_size=self.batch_size, max_length=max_length, window=len(part)
+            )
             return frame.assign(example=frame["example"].astype("int64") + ids[0])
 
         self._compute(shards, compute)

@@ -20,6 +20,7 @@ from anchorlens.workflows.inputs import resolve_inputs
 from anchorlens.workflows.train import train
 
 _PLAIN = ("", "base", "none")
+EFFECT_WINDOW = 256  # examples length-sorted together into the task effects' batches
 
 
 def compose(spec: str, k: int, position: str) -> str:
@@ -212,7 +213,9 @@ def sweep_knockout(
         model.check_roles(prompts.roles)
     rows = prompts.examples(inputs.examples)
     passes = {s: first_pass(m, rows, prompts, batch_size=batch_size, max_length=max_length) for s, m in models.items()}
-    per_example = example_effects(models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length)
+    per_example = example_effects(
+        models, rows, inputs.task, prompts, batch_size=batch_size, max_length=max_length, window=EFFECT_WINDOW
+    )
     table = effects_table(per_example, list(models), labelled=inputs.task.has_labels, n_boot=n_boot)
     out = []
     for s, (first, last) in specs.items():

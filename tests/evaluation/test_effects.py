@@ -93,6 +93,19 @@ def test_label_effects_match_predict_and_a_direct_kl(two_models):
     assert (got.loc["base", "kl"] == 0).all()
 
 
+@pytest.mark.parametrize("window", [3, 8])
+def test_length_sorted_windows_give_the_same_rows_in_the_same_order(two_models, window):
+    _, models = two_models
+    task = get_task("rte")
+    examples = list(bundled_examples("rte", limit=8))
+    plain = example_effects(models, examples, task, task.template, batch_size=2, max_length=None)
+    sorted_ = example_effects(models, examples, task, task.template, batch_size=2, max_length=None, window=window)
+    pd.testing.assert_frame_equal(sorted_.drop(columns="value"), plain.drop(columns="value"))
+    np.testing.assert_allclose(sorted_["value"], plain["value"], rtol=1e-5, atol=1e-6)
+    lengths = [len(task.template.render(ex).text) for ex in examples]
+    assert lengths != sorted(lengths, reverse=True)  # the windows do reorder these examples
+
+
 def test_text_effects_nll_is_the_language_model_loss(two_models, tmp_path):
     base, models = two_models
     (tmp_path / "doc.txt").write_text(
