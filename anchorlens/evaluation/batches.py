@@ -147,3 +147,19 @@ def scoring_batch(
         return ScoringBatch(batch, labels, verbalizers.num_labels, target_labels=gold, target_weight=weight)
     batch, answer_pos = _decoder_batch(base, encoded, verbalizers, max_length)
     return ScoringBatch(batch, labels, verbalizers.num_labels, answer_pos=answer_pos)
+
+
+def length_sorted_batches(lengths: Sequence[int], batch_size: int, window: int | None) -> list[list[int]]:
+    """Example indices per batch: in order (``window`` None), or each run of ``window`` consecutive examples sorted
+    longest first (``lengths``: any size measure, e.g. rendered characters), so batches carry little padding."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    n = len(lengths)
+    step = n if window is None else max(1, window)
+    out: list[list[int]] = []
+    for start in range(0, n, max(1, step)):
+        ids = list(range(start, min(start + step, n)))
+        if window is not None:
+            ids.sort(key=lambda i: lengths[i], reverse=True)
+        out += [ids[k : k + batch_size] for k in range(0, len(ids), batch_size)]
+    return out

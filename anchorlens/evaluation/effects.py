@@ -19,8 +19,7 @@ import torch
 
 from anchorlens.analyses.stats import benjamini_hochberg, mcnemar_test, paired_differences, paired_summary, summarize
 from anchorlens.capture.collect import PromptRenderer, encode_batches
-from anchorlens.evaluation.batches import scoring_batch
-from anchorlens.evaluation.predict import chunks
+from anchorlens.evaluation.batches import length_sorted_batches, scoring_batch
 from anchorlens.evaluation.scoring import answer_scores
 from anchorlens.evaluation.verbalizers import verbalizer_ids
 from anchorlens.methods.guided import GuidedModel
@@ -110,15 +109,9 @@ def _label_effects(
 
 
 def _batches(examples: Sequence[dict], prompts: PromptRenderer, batch_size: int, window: int | None) -> list[list[int]]:
-    """Example indices per batch: in order (``window`` None), or each window of consecutive examples longest first."""
-    if window is None:
-        return [list(span) for span in chunks(len(examples), batch_size)]
-    out: list[list[int]] = []
-    for start in range(0, len(examples), max(1, window)):
-        ids = list(range(start, min(start + max(1, window), len(examples))))
-        ids.sort(key=lambda i: len(prompts.render(examples[i]).text), reverse=True)
-        out += [ids[k : k + batch_size] for k in range(0, len(ids), batch_size)]
-    return out
+    """Example indices per batch (:func:`~anchorlens.evaluation.batches.length_sorted_batches`)."""
+    lengths = [len(prompts.render(ex).text) for ex in examples] if window is not None else [0] * len(examples)
+    return length_sorted_batches(lengths, batch_size, window)
 
 
 def _text_effects(

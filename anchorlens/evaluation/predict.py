@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 import torch
 
 from anchorlens.capture.collect import PromptRenderer
-from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, scoring_batch
+from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, length_sorted_batches, scoring_batch
 from anchorlens.evaluation.model import as_model, model_device
 from anchorlens.evaluation.scoring import label_scores
 from anchorlens.evaluation.verbalizers import verbalizer_ids
 from anchorlens.tasks import Task, get_task
+
+LENGTH_WINDOW = 256  # examples sorted by length together into batches (rows still come in the examples' order)
 
 
 def chunks(n: int, size: int) -> Iterator[range]:
@@ -48,21 +50,23 @@ def predict(
     base = model.base
     verbalizers = verbalizer_ids(base.tokenizer, task)
     device = model_device(model)
-    spans = list(chunks(len(examples), batch_size))
+    render = prompts if prompts is not None else task.template
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    lengths = [len(render.render(ex).text) for ex in examples]
+    spans: Iterable[list[int]] = length_sorted_batches(lengths, batch_size, LENGTH_WINDOW)
     if progress:
         from tqdm.auto import tqdm
 
         spans = tqdm(spans, desc=f"predict {task.name}", unit="batch")
-    records: list[dict] = []
+    records: dict[int, dict] = {}
     for span in spans:
         part = [examples[i] for i in span]
-        batch = scoring_batch(
-            base, task, part, verbalizers, example_ids=list(span), max_length=max_length, prompts=prompts
-        )
+        batch = scoring_batch(base, task, part, verbalizers, example_ids=span, max_length=max_length, prompts=prompts)
         scores = label_scores(model, batch.to(device), verbalizers).cpu()
-        for ex, row in zip(part, scores):
-            records.append(_record(task, ex, row))
-    return pd.DataFrame.from_records(records)
+        for i, ex, row in zip(span, part, scores):
+            records[i] = _record(task, ex, row)
+    return pd.DataFrame.from_records([records[i] for i in range(len(examples))])
 
 
 def _record(task: Task, example: dict, scores: torch.Tensor) -> dict:
