@@ -141,6 +141,31 @@ def test_capture_writes_evidence_rows_and_records_them(tmp_path):
     assert manifest["evidence"]["sink_battery"]["eps"] == [0.2]
 
 
+@pytest.mark.slow  # two tiny captures
+def test_positions_write_the_evidence_table_per_position(tmp_path):
+    from anchorlens.analyses.evidence_table import evidence_table
+
+    out = tmp_path / "pos"
+    result = run(
+        "positions", "--ckpt", "instance", *TINY, "--positions", "first,last", "--evidence", "value_mass,sink_battery",
+        "--no-figures", "--out", str(out),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "evidence.csv", keep_default_na=False, na_values={"layer": [""]})
+    assert set(table["position"]) == {"first", "last"}
+    assert {("weight", "instance"), ("norm", "instance"), ("norm", "first_token")} <= set(zip(table.measure, table.key))
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    for position, rows in metrics.groupby("position"):  # the table equals one recomputed from the metric rows
+        want = evidence_table(rows.assign(checkpoint="instance"), {"instance": ["instance"]})
+        got = table[table["position"] == position].drop(columns="position").reset_index(drop=True)
+        assert got["measure"].tolist() == want["measure"].astype(str).tolist()
+        assert got["key"].tolist() == want["key"].astype(str).tolist()
+        assert got["mean"].to_numpy() == pytest.approx(want["mean"].to_numpy(), rel=1e-9, nan_ok=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["evidence"]) == {"sink_battery", "value_mass"}
+    assert "evidence.csv" in (out / "summary.md").read_text()
+
+
 @pytest.mark.parametrize(
     ("command", "spec"),
     [
@@ -148,11 +173,14 @@ def test_capture_writes_evidence_rows_and_records_them(tmp_path):
         ("compare", "sink_battery:eps=1.5"),
         ("capture", "sink_battery:eps=0"),
         ("capture", "value_mass:top=2"),
+        ("positions", "value_mass:eps=0.3"),
     ],
 )
 def test_bad_evidence_is_one_line_and_exit_2(tmp_path, command, spec):
     out = tmp_path / "out"
-    ckpts = ["--ckpt", "base", "--ckpt", "instance"] if command == "compare" else ["--ckpt", "base"]
+    ckpts = {"compare": ["--ckpt", "base", "--ckpt", "instance"], "positions": ["--ckpt", "instance"]}.get(
+        command, ["--ckpt", "base"]
+    )
     result = run(command, *ckpts, *TINY, "--evidence", spec, "--out", str(out))
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]

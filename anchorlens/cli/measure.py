@@ -269,8 +269,10 @@ def positions(
     exactness: ExactnessOptions = ExactnessOptions(),
     output: OutputOptions = OutputOptions(Path("anchorlens-positions")),
     figures: FigureOptions = FigureOptions(),
+    evidence: EvidenceOptions = EvidenceOptions(),
 ) -> None:
-    """Sweep the capsule/instance position; writes metrics, positions.csv, summary.md and figures/."""
+    """Sweep the capsule/instance position; writes metrics, positions.csv, summary.md and figures/ (and
+    evidence.csv with --evidence)."""
     claim = output.claim("positions")
     assert claim is not None  # positions is never run under torchrun
     with claim:
@@ -286,6 +288,7 @@ def positions(
                 selection=selection,
                 batch_size=batch.size(model.device),
                 certificate=exactness.certify(),
+                evidence=evidence.spec(),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )

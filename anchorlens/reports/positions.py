@@ -42,6 +42,8 @@ def write_positions(
     with claimed(out, kind="positions", force=force) as claim, claim.atomic() as tmp:
         write_metrics(sweep.metrics, tmp / "metrics")
         sweep.summary.to_csv(tmp / "positions.csv", index=False)
+        if not sweep.evidence.empty:
+            sweep.evidence.to_csv(tmp / "evidence.csv", index=False)
         for m in anchor_metrics(sweep.anchor) if figures else ():
             (tmp / "figures").mkdir(exist_ok=True)
             fig = position_sweep(
@@ -64,6 +66,15 @@ def write_positions(
             to_markdown(grid, "position"),
             "",
             *(f"- {line}" for line in exactness_lines(sweep.facts)),
+            *(
+                [
+                    f"- evidence.csv: per position and layer, the mass input queries give the first token, the sink "
+                    f"and the {sweep.anchor} token by attention weight and by norm, and the evidence reducers' "
+                    "sink rates and massive activations (mean over examples, 95% bootstrap CI)."
+                ]
+                if not sweep.evidence.empty
+                else []
+            ),
             "",
         ]
         (tmp / "summary.md").write_text("\n".join(md))

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from anchorlens.analyses.evidence import evidence_record, parse_evidence
+from anchorlens.analyses.evidence_table import TABLE_COLUMNS, evidence_table
 from anchorlens.analyses.headline import anchor_metrics
 from anchorlens.analyses.stats import summarize
 from anchorlens.capture.certificate import CertifyOptions
@@ -21,7 +23,7 @@ from anchorlens.roles.kinds import Role
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare import validate_positions
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
-from anchorlens.workflows.statistics import capture_statistics, certify_capture
+from anchorlens.workflows.statistics import capture_statistics, certify_capture, model_reducers
 
 MOVABLE = (Role.CAPSULE, Role.INSTANCE)
 
@@ -37,6 +39,7 @@ class PositionSweep:
     summary: pd.DataFrame
     inputs: Inputs
     facts: dict
+    evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # evidence.csv with a position column; empty: off
 
 
 def parse_positions(text: str | Sequence[str]) -> list[str]:
@@ -81,10 +84,15 @@ def sweep_positions(
     field_map: Any = None,
     prompt: PromptOptions | None = None,
     certificate: CertifyOptions = CertifyOptions(),
+    evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
 ) -> PositionSweep:
     """Capture the same inputs with the anchor at each position; summary = anchor mass per position.
 
-    Each position's capture is certified against eager on the first examples (``facts["exactness"]``)."""
+    Each position's capture is certified against eager on the first examples (``facts["exactness"]``).
+    ``evidence``: opt-in evidence reducers (as ``compare`` takes them); their rows go to the metrics and
+    ``PositionSweep.evidence`` gives the evidence table per position (the anchor's mass by weight and by norm,
+    sink rates, massive activations)."""
+    extra = parse_evidence(evidence)
     positions = parse_positions(positions)
     inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
     model = load_guided(spec, load_base(base, dtype=dtype, device=device), allow_other_base=allow_other_base)
@@ -95,7 +103,7 @@ def sweep_positions(
     for position in positions:
         anchor = _move(model, position)
         validate_positions(model, rows, prompts, batch_size)
-    frames, exactness = [], {}
+    frames, tables, exactness = [], [], {}
     for position in positions:
         _move(model, position)
         exactness[position] = certify_capture(
@@ -103,10 +111,14 @@ def sweep_positions(
         )
         # the anchor's derived rows come from capture_statistics itself (adding them again duplicated them)
         df = capture_statistics(
-            model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor)
-        )
-        frames.append(df.assign(position=position, checkpoint=spec))
+            model, inputs, selection=selection, batch_size=batch_size, anchors=("first_token", anchor), evidence=extra
+        ).assign(position=position, checkpoint=spec)
+        frames.append(df)
+        if extra:
+            tables.append(evidence_table(df, {spec: [anchor]}).assign(position=position))
     metrics = pd.concat(frames, ignore_index=True)
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    table = table[["position", *TABLE_COLUMNS]] if len(table) else table
     summary = position_summary(metrics, anchor)
     facts = {
         "spec": spec,
@@ -120,8 +132,9 @@ def sweep_positions(
         "anchor_role": anchor,
         "positions": positions,
         **({"exactness": exactness} if certificate.enabled else {}),
+        **({"evidence": evidence_record(model_reducers(model, prompts.roles, extra))} if extra else {}),
     }
-    return PositionSweep(spec, positions, anchor, metrics, summary, inputs, facts)
+    return PositionSweep(spec, positions, anchor, metrics, summary, inputs, facts, evidence=table)
 
 
 def position_summary(metrics: pd.DataFrame, anchor: str) -> pd.DataFrame:
