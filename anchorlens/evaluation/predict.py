@@ -51,8 +51,6 @@ def predict(
     verbalizers = verbalizer_ids(base.tokenizer, task)
     device = model_device(model)
     render = prompts if prompts is not None else task.template
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     lengths = [len(render.render(ex).text) for ex in examples]
     spans: Iterable[list[int]] = length_sorted_batches(lengths, batch_size, LENGTH_WINDOW)
     if progress:

@@ -9,17 +9,6 @@ from anchorlens.evaluation.model import Scorable
 from anchorlens.evaluation.verbalizers import Verbalizers
 
 
-def answer_log_probs(logits: torch.Tensor, answer_pos: torch.Tensor) -> torch.Tensor:
-    """[B, V] float32 log-probabilities of the next token from logits [B, T, V] at answer_pos [B]."""
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    return torch.log_softmax(logits[rows, answer_pos.to(logits.device)].float(), dim=-1)
-
-
-def decoder_scores(logits: torch.Tensor, answer_pos: torch.Tensor, choice: torch.Tensor) -> torch.Tensor:
-    """[B, L] log p(choice_l | input) from logits [B, T, V] at answer_pos [B]; choice: [L] token ids."""
-    return answer_log_probs(logits, answer_pos)[:, choice.to(logits.device)]
-
-
 def seq2seq_scores(logits: torch.Tensor, gold: torch.Tensor, weight: torch.Tensor, num_labels: int) -> torch.Tensor:
     """[B, L] summed target log-likelihoods from logits [B*L, S, V], gold and weight [B*L, S]."""
     logp = torch.log_softmax(logits.float(), dim=-1)
