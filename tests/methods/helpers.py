@@ -121,3 +121,16 @@ def run_block(model, block, input_ids=None, attention_mask=None, *, inputs=None,
         for h in handles:
             h.remove()
     raise AssertionError(f"block never ran (read={read})")
+
+
+def logits_with_attention(model, batch, implementation: str) -> torch.Tensor:
+    """Logits of ``model`` (a GuidedModel) on ``batch`` with the base's attention implementation switched to
+    ``implementation`` for this forward only (a registered reference, ``eager``...)."""
+    hf = model.base.model
+    before = hf.config._attn_implementation
+    hf.set_attn_implementation(implementation)
+    try:
+        with torch.no_grad():
+            return model.forward(batch).logits
+    finally:
+        hf.set_attn_implementation(before)

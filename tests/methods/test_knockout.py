@@ -12,7 +12,7 @@ from anchorlens.errors import UsageError
 from anchorlens.methods import GuidedModel, load_guided, parse_spec
 from anchorlens.methods.knockout import KnockoutConfig
 from anchorlens.roles.kinds import Role
-from tests.methods.helpers import Collect, rte_batch
+from tests.methods.helpers import Collect, logits_with_attention, rte_batch
 
 REFERENCE = "knockout_reference"
 # layer -> (mode, mask [B, H|1, Q, K] True = knocked out); set by each test before its reference forward
@@ -46,16 +46,11 @@ AttentionMaskInterface.register(REFERENCE, eager_mask)
 
 def _reference_logits(model: GuidedModel, batch, plan: dict[int, tuple[str, torch.Tensor]]) -> torch.Tensor:
     """Logits of ``model`` (no knockout in it) with the reference attention applying ``plan``."""
-    hf = model.base.model
-    before = hf.config._attn_implementation
     _PLAN.clear()
     _PLAN.update(plan)
-    hf.set_attn_implementation(REFERENCE)
     try:
-        with torch.no_grad():
-            return model.forward(batch).logits
+        return logits_with_attention(model, batch, REFERENCE)
     finally:
-        hf.set_attn_implementation(before)
         _PLAN.clear()
 
 

@@ -13,7 +13,7 @@ from anchorlens.errors import UsageError
 from anchorlens.methods import GuidedModel, load_guided
 from anchorlens.roles.kinds import Role
 from anchorlens.tasks import bundled_examples, get_task
-from tests.methods.helpers import rte_batch
+from tests.methods.helpers import logits_with_attention, rte_batch
 
 REFERENCE = "knockout_mean_reference"
 # layer -> (pair mask [B, H|1, Q, K] True = reads the mean state's key/value, key' [B, H_kv, K, D], value')
@@ -82,16 +82,11 @@ def _mean_kv(model: GuidedModel, layer: int, mean: torch.Tensor, rotary: tuple) 
 
 
 def _reference_logits(model: GuidedModel, batch, plan) -> torch.Tensor:
-    hf = model.base.model
-    before = hf.config._attn_implementation
     _PLAN.clear()
     _PLAN.update(plan)
-    hf.set_attn_implementation(REFERENCE)
     try:
-        with torch.no_grad():
-            return model.forward(batch).logits
+        return logits_with_attention(model, batch, REFERENCE)
     finally:
-        hf.set_attn_implementation(before)
         _PLAN.clear()
 
 
