@@ -106,7 +106,7 @@ class Progress:
         """A finished chunk's rows as an Arrow table with the metric frame's schema (labels as strings)."""
         import pyarrow as pa
 
-        with pa.memory_map(str(self.paths(chunk)[0])) as source:
+        with pa.OSFile(str(self.paths(chunk)[0]), "rb") as source:  # read into memory: nothing left mapped
             table = pa.ipc.open_file(source).read_all()
         return table.cast(_plain_schema(table.schema)).replace_schema_metadata(None)
 
@@ -145,7 +145,7 @@ def _shard_facts(path: Path) -> tuple[str | None, int]:
     """(run key, rows) of a shard file; raises when it is not a whole Arrow IPC file (truncated, edited)."""
     import pyarrow as pa
 
-    with pa.memory_map(str(path)) as source:
+    with pa.OSFile(str(path), "rb") as source:
         reader = pa.ipc.open_file(source)
         rows = sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
         raw = (reader.schema.metadata or {}).get(b"anchorlens")
