@@ -14,7 +14,7 @@ that one, ``fast+NAME``) and one with all of them (``fast+extra``), in the same 
 is its mode's ratio beside ``fast``'s.
 
 ``--rows`` charges the fast modes with what ``capture`` does after the forward, as it does it: every chunk of 32
-examples (4 batches) the reducers' ``metrics_frame`` (derived metrics and mask flags included), saved as a progress
+examples (4 batches) the reducers' ``metrics_rows`` (derived metrics and mask flags included), saved as a progress
 shard by capture's own writer, fresh reducers for the next chunk, and at the end of the round the shards
 concatenated into one ``metrics.parquet`` (:func:`~anchorlens.runtime.shards.concat_shards`): the end-to-end
 cost of streaming capture, still paired batch by batch with the plain forward.
@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--rows", action="store_true", help="also build, save and concatenate each chunk's rows")
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
-    from anchorlens.analyses import default_reducers, metrics_frame
+    from anchorlens.analyses import default_reducers, metrics_rows
     from anchorlens.analyses.registry import make_reducer
     from anchorlens.capture.run import capture_batch
     from anchorlens.capture.sinks import StreamSink
@@ -80,7 +80,7 @@ def main() -> None:
         sink.close()
         if args.rows:
             progress = Progress(folder / f"{mode}-{r}", mode)
-            progress.save(chunk, [chunk], metrics_frame(sink.reducers))
+            progress.save(chunk, [chunk], metrics_rows(sink.reducers))
             sinks[mode] = StreamSink(reducers[mode]())
 
     def end_round(mode: str, r: int, chunks: int) -> None:

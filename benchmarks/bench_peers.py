@@ -112,7 +112,7 @@ def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarra
 
 def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np.ndarray]]:
     """Run one mode over all batches; (cpu seconds, wall seconds, example -> [L, H] first-token mass)."""
-    from anchorlens.analyses import EVIDENCE_REDUCERS, default_reducers, metrics_frame
+    from anchorlens.analyses import EVIDENCE_REDUCERS, default_reducers, metrics_rows
     from anchorlens.capture.collect import collect_maps, stream_statistics
     from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
@@ -140,9 +140,10 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
         def compute(ids):  # as capture's chunks: fresh reducers, the chunk's metric rows, saved as a shard
             reducers = default_reducers(extra=extra)
             stream_statistics(base, [bs[i] for i in ids], reducers, options=CaptureOptions(mode=which))
-            frame = metrics_frame(reducers)
-            masses.update(masses_from_frame(frame, layers, heads))
-            return frame
+            rows = metrics_rows(reducers)  # as capture: the shard is written from the rows, no frame is built
+            first = rows.where("metric", ["first_token_mass"]) & rows.where("query_role", ["all"])
+            masses.update(masses_from_frame(rows.take(first).frame(), layers, heads))
+            return rows
 
         with tempfile.TemporaryDirectory() as tmp:
             progress = Progress(tmp, f"bench-{which}")

@@ -206,6 +206,12 @@ def input_labels(df: pd.DataFrame) -> tuple[str, ...]:
     """The input (non-guidance) role labels among ``df``'s query roles, built-ins first, then in order of first
     appearance; the built-in input roles when ``df`` has none (the run's roles come from its frame)."""
     seen = [str(r) for r in df["query_role"].unique()] if "query_role" in df.columns and len(df) else []
+    return input_labels_among(seen)
+
+
+def input_labels_among(seen: Iterable[str]) -> tuple[str, ...]:
+    """The input role labels among query role labels ``seen`` (in order of first appearance), built-ins first;
+    the built-in input roles when there are none."""
     found = [r for r in seen if r not in POOLED_LABELS and r not in GUIDANCE_NAMES and "+" not in r]
     if not found:
         return _BUILTIN_INPUTS

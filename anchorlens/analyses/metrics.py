@@ -18,73 +18,29 @@ Metrics fixed by the mask: :func:`mark_fixed` finds, from the ``visible_share``/
 rows, cells whose value the attention mask decides (queries that can see no key of R: value 0;
 only keys of R: value 1; a single key: entropy 0) while keys of R exist in the example, and sets
 their value to NaN and the ``fixed`` column to the reason; every other row has ``fixed == ""``.
+
+The functions here take and return frames; the computations run on integer-coded rows
+(:mod:`anchorlens.analyses.derived`), which :func:`metrics_frame` feeds straight from the reducers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import (
-    ALL,
-    GUIDANCE,
-    INPUT,
-    NO_ROLE,
-    SITE_KEYS,
-    concat_frames,
-    conform,
-    empty_frame,
-    input_labels,
-    per_head,
-    role_label,
-    roles_label,
-)
+from anchorlens.analyses import derived as D
+from anchorlens.analyses.derived import FIRST_TOKEN, MASK_REASON, RoleLike, Roles
+from anchorlens.analyses.frames import INPUT
+from anchorlens.analyses.rows import Rows
 from anchorlens.capture.reducer import Reducer
-from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
-
-RoleLike = str | int | Role
-FIRST_TOKEN = "first_token"
-Roles = Sequence[RoleLike] | str  # explicit roles, or INPUT / GUIDANCE: the run's input or guidance roles
-
-
-def _labels(roles: Roles, df: pd.DataFrame | None = None) -> list[str]:
-    """Role labels of ``roles``; ``"input"`` is the frame's input roles, ``"guidance"`` the guidance roles
-    (``"all"`` refused: pool explicit roles)."""
-    if isinstance(roles, str):
-        if roles == INPUT:
-            return list(input_labels(df if df is not None else empty_frame()))
-        if roles == GUIDANCE:
-            return [r.label for r in GUIDANCE_ROLES]
-        roles = [roles]
-    labels = [role_label(r) for r in roles]
-    if ALL in labels:
-        raise ValueError("pool explicit roles, not 'all'")
-    return labels
-
-
-def _label_of(labels: Sequence[str], df: pd.DataFrame) -> str:
-    """:func:`roles_label` with the frame's input roles."""
-    return roles_label(labels, input_labels(df))
+from anchorlens.roles.kinds import Role
 
 
 def _need_count(df: pd.DataFrame) -> None:
     """Raise unless ``df`` carries the ``count`` column pooling needs."""
     if "count" not in df.columns:
         raise ValueError("pooling over query roles needs the 'count' column of reducer frames")
-
-
-def _pool_queries(rows: pd.DataFrame, metric: str, query_label: str, key_label: str) -> pd.DataFrame:
-    """Pool rows holding one (value, count) per site and query role: sum(value*count) / sum(count)."""
-    if rows.empty:
-        return empty_frame()
-    rows = rows.assign(_mass=rows["value"] * rows["count"])
-    out = rows.groupby(list(SITE_KEYS), sort=True, dropna=False).agg(_mass=("_mass", "sum"), count=("count", "sum"))
-    out = out[out["count"] > 0].reset_index()
-    out["value"] = out["_mass"] / out["count"]
-    out["metric"], out["query_role"], out["key_role"] = metric, query_label, key_label
-    return conform(out.drop(columns="_mass"))
 
 
 def flow_mass(
@@ -102,22 +58,7 @@ def flow_mass(
     ``"input"`` (the frame's input roles: every role but guidance) or ``"guidance"``.
     """
     _need_count(df)
-    keys = _labels(key_roles, df)
-    key_label = _label_of(keys, df)
-    flow = df[(df["metric"] == "role_flow") & df["key_role"].isin(keys)]
-    if flow.empty:
-        return empty_frame()
-    by_query = (
-        flow.groupby(list(SITE_KEYS) + ["query_role"], sort=True, dropna=False)
-        .agg(value=("value", "sum"), count=("count", "first"))
-        .reset_index()
-    )
-    if query_roles is None:
-        by_query["metric"], by_query["key_role"] = metric, key_label
-        return conform(by_query)
-    queries = _labels(query_roles, df)
-    rows = by_query[by_query["query_role"].isin(queries)]
-    return _pool_queries(rows, metric, _label_of(queries, df), key_label)
+    return D.flow_rows(Rows.from_frame(df), key_roles, query_roles, metric).frame()
 
 
 def anchor_mass(
@@ -130,12 +71,8 @@ def anchor_mass(
     anchor a role: pooled(S, {anchor}) from ``role_flow``; anchor ``"first_token"``: the
     ``first_token_mass`` rows pooled the same way, sum_s m[s] n[s] / sum_s n[s]. key_role = anchor.
     """
-    if isinstance(anchor, str) and anchor == FIRST_TOKEN:
-        _need_count(df)
-        queries = _labels(query_roles, df)
-        rows = df[(df["metric"] == "first_token_mass") & df["query_role"].isin(queries)]
-        return _pool_queries(rows, "anchor_mass", _label_of(queries, df), FIRST_TOKEN)
-    return flow_mass(df, [anchor], query_roles, metric="anchor_mass")
+    _need_count(df)
+    return D.anchor_rows(Rows.from_frame(df), anchor, query_roles).frame()
 
 
 def structural_attention(df: pd.DataFrame, query_roles: Roles | None = None) -> pd.DataFrame:
@@ -151,7 +88,7 @@ def special_attention(df: pd.DataFrame, query_roles: Roles | None = None) -> pd.
     return flow_mass(df, [Role.SPECIAL], query_roles, metric="special_attention")
 
 
-def island_score(df: pd.DataFrame, roles: Roles = GUIDANCE) -> pd.DataFrame:
+def island_score(df: pd.DataFrame, roles: Roles = D.GUIDANCE) -> pd.DataFrame:
     """``island_score``: share of guidance queries' attention kept on guidance keys, pooled(G, G).
 
     value = sum_{s in G} sum_{r in G} M[s, r] / sum_{s in G} n[s]: every guidance query weighs
@@ -172,33 +109,17 @@ def anchor_structural(
 def pooled_entropy(df: pd.DataFrame) -> pd.DataFrame:
     """``entropy`` pooled over input queries (query_role ``input``: the headline entropy) and over
     guidance queries (``guidance``), weighted by query counts, from the per-role ``entropy`` rows;
-    input roles whose queries see a single key (entropy 0 by definition) are left out."""
-    rows = per_head(df[df["metric"] == "entropy"])
-    if rows.empty:
-        return empty_frame()
-    _need_count(rows)
-    # a query role whose queries each see a single key (BOS at position 0 under a causal mask) has
-    # entropy 0 by definition; pooling it would move the pooled entropy whenever a token is inserted
-    # before it, so such roles are left out (needs the decomposition reducer's visible_keys rows)
-    inputs = rows
-    keys = df[df["metric"] == "visible_keys"]
-    if len(keys):
-        site = ["example", "stack", "layer", "query_role"]
-        single = keys[keys["value"] <= 1][site].assign(_single=True)
-        inputs = rows.merge(single, on=site, how="left")
-        inputs = inputs[inputs["_single"].isna()].drop(columns="_single")
-    parts = []
-    for labels, source in (
-        (_labels(INPUT, rows), inputs),
-        (_labels(GUIDANCE), rows),
-    ):  # guidance: flagged by mark_fixed
-        parts.append(
-            _pool_queries(source[source["query_role"].isin(labels)], "entropy", _label_of(labels, rows), NO_ROLE)
-        )
-    return concat_frames(parts)
+    input roles whose queries see a single key (entropy 0 by definition) are left out.
 
-
-_ABSORBING = (GUIDANCE,) + tuple(r.label for r in GUIDANCE_ROLES)
+    A query role whose queries each see a single key (BOS at position 0 under a causal mask) has entropy 0
+    by definition; pooling it would move the pooled entropy whenever a token is inserted before it, so such
+    roles are left out (this needs the decomposition reducer's ``visible_keys`` rows). Guidance queries in
+    that case are kept, and flagged by :func:`mark_fixed`.
+    """
+    rows = Rows.from_frame(df)
+    if rows.where("metric", ["entropy"]).any():
+        _need_count(df)
+    return D.entropy_rows(rows).frame()
 
 
 def guidance_absorption(df: pd.DataFrame) -> pd.DataFrame:
@@ -209,37 +130,7 @@ def guidance_absorption(df: pd.DataFrame) -> pd.DataFrame:
     role; rows only where keys of K exist in the example. Share 0 (keys hidden by the mask) gives
     NaN, flagged by :func:`mark_fixed`.
     """
-    mass = df[(df["metric"] == "decomposition") & (df["query_role"] == INPUT) & df["key_role"].isin(_ABSORBING)]
-    share = df[(df["metric"] == "visible_share") & (df["query_role"] == INPUT) & df["key_role"].isin(_ABSORBING)]
-    if mass.empty or share.empty:
-        return empty_frame()
-    on = ["example", "stack", "layer", "key_role"]
-    out = mass.merge(share[on + ["value"]].rename(columns={"value": "_share"}), on=on, how="inner")
-    out = out.merge(_present_keys(df), on=on, how="inner")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out["value"] = np.where(out["_share"] > 0, out["value"] / out["_share"], np.nan)
-    out["metric"] = "guidance_absorption"
-    return conform(out.drop(columns=["_share"]))
-
-
-def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
-    """(example, stack, layer, key_role) of keys some query of the example can see."""
-    vis = df[(df["metric"] == "visible_share") & (df["value"] > 0)]
-    return vis[["example", "stack", "layer", "key_role"]].drop_duplicates()
-
-
-# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
-# role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
-_FLOW_METRICS = (
-    "anchor_mass",
-    "anchor_structural",
-    "island_score",
-    "structural_attention",
-    "special_attention",
-    "decomposition",
-    "guidance_absorption",
-)
-MASK_REASON = "fixed by the causal mask"
+    return D.absorption_rows(Rows.from_frame(df)).frame()
 
 
 def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
@@ -249,35 +140,11 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
     every row is kept as measured (``fixed == ""``).
     """
     df = df.assign(fixed="") if "fixed" not in df.columns else df.copy()
-    vis = df[df["metric"] == "visible_share"]
-    if vis.empty:
-        return df
-    site = ["example", "stack", "layer"]
-    present = _present_keys(df).assign(_present=True)
-    other = vis[vis["value"] < 1][site + ["key_role"]].drop_duplicates().assign(_other=True)
-    share = vis[site + ["query_role", "key_role", "value"]].rename(columns={"value": "_share"})
-    flow = df["metric"].isin(_FLOW_METRICS)
-    cand = df.loc[flow, site + ["query_role", "key_role"]].reset_index()
-    cand = cand.merge(share, on=site + ["query_role", "key_role"], how="inner")
-    cand = cand.merge(present, on=site + ["key_role"], how="left").merge(other, on=site + ["key_role"], how="left")
-    zero = (cand["_share"] == 0) & cand["_present"].eq(True)
-    one = (cand["_share"] == 1) & cand["_other"].eq(True)
-    reasons = np.where(
-        zero, MASK_REASON + ": {q} queries see no {k} key", MASK_REASON + ": {q} queries see only {k} keys"
-    )
-    hit = cand[zero | one].assign(_why=reasons[(zero | one).to_numpy()])
-    keys_seen = df[df["metric"] == "visible_keys"][site + ["query_role", "value"]].rename(columns={"value": "_keys"})
-    ent = df.loc[df["metric"] == "entropy", site + ["query_role", "key_role"]].reset_index()
-    ent = ent.merge(keys_seen[keys_seen["_keys"] <= 1], on=site + ["query_role"], how="inner")
-    ent = ent.assign(_why=MASK_REASON + ": {q} queries see a single key")
-    hits = pd.concat(
-        [hit[["index", "query_role", "key_role", "_why"]], ent[["index", "query_role", "key_role", "_why"]]]
-    )
-    if len(hits):
-        why = [w.format(q=q, k=k) for w, q, k in zip(hits["_why"], hits["query_role"], hits["key_role"])]
-        idx = hits["index"].to_numpy()
-        df.loc[idx, "value"] = np.nan
-        df.loc[idx, "fixed"] = why
+    index, reasons = D.fixed_reasons(Rows.from_frame(df))
+    if len(index):
+        positions = df.columns.get_indexer(["value", "fixed"])
+        df.iloc[index, positions[0]] = float("nan")
+        df.iloc[index, positions[1]] = reasons
     return df
 
 
@@ -288,16 +155,30 @@ def derived_metrics(df: pd.DataFrame, anchors: Sequence[RoleLike] = ("capsule",)
 
     An anchor may be ``"first_token"`` (anchor_mass only). Metrics whose inputs are absent give no rows.
     """
-    absorption = guidance_absorption(df)
-    entropy = pooled_entropy(df)
-    df = df[df["metric"].isin(["role_flow", "first_token_mass"])]
-    parts = []
-    for anchor in anchors:
-        parts.append(anchor_mass(df, anchor))
-        if not (isinstance(anchor, str) and anchor == FIRST_TOKEN):
-            parts.append(anchor_structural(df, anchor))
-    parts += [structural_attention(df), special_attention(df), island_score(df), entropy, absorption]
-    return concat_frames(parts)
+    return D.derived_rows(Rows.from_frame(df), anchors).frame()
+
+
+def _rows_of(item: Reducer | pd.DataFrame) -> Rows:
+    """A reducer's (or a ready frame's) tidy rows as columns."""
+    if isinstance(item, pd.DataFrame):
+        return Rows.from_frame(item)
+    rows = getattr(item, "rows", None)
+    return rows() if callable(rows) else Rows.from_frame(item.frame())
+
+
+def metrics_rows(
+    reducers: Iterable[Reducer | pd.DataFrame] | Mapping[str, Reducer | pd.DataFrame],
+    *,
+    anchors: Sequence[RoleLike] = ("capsule",),
+    derived: bool = True,
+) -> Rows:
+    """:func:`metrics_frame` as integer-coded rows (:class:`~anchorlens.analyses.rows.Rows`, with a ``fixed``
+    label column when ``derived``): what a capture chunk writes to its shard without building a frame."""
+    items: Iterable[Reducer | pd.DataFrame] = reducers.values() if isinstance(reducers, Mapping) else reducers
+    base = Rows.concat(_rows_of(item) for item in items)
+    if not derived or not len(base):
+        return base
+    return D.with_fixed(Rows.concat([base, D.derived_rows(base, anchors)]))
 
 
 def metrics_frame(
@@ -306,13 +187,9 @@ def metrics_frame(
     anchors: Sequence[RoleLike] = ("capsule",),
     derived: bool = True,
 ) -> pd.DataFrame:
-    """Concatenate reducer frames (or ready frames), append :func:`derived_metrics` rows and flag the
-    rows the mask fixes (:func:`mark_fixed`: value NaN, reason in the ``fixed`` column)."""
-    items: Iterable[Reducer | pd.DataFrame] = reducers.values() if isinstance(reducers, Mapping) else reducers
-    base = concat_frames(item if isinstance(item, pd.DataFrame) else item.frame() for item in items)
-    if not derived or base.empty:
-        return base
-    return mark_fixed(concat_frames([base, derived_metrics(base, anchors)]))
+    """Concatenate reducer frames (or ready frames' tidy columns), append :func:`derived_metrics` rows and flag
+    the rows the mask fixes (:func:`mark_fixed`: value NaN, reason in the ``fixed`` column)."""
+    return metrics_rows(reducers, anchors=anchors, derived=derived).frame()
 
 
 __all__ = [
@@ -325,6 +202,7 @@ __all__ = [
     "guidance_absorption",
     "island_score",
     "mark_fixed",
+    "metrics_rows",
     "pooled_entropy",
     "metrics_frame",
     "special_attention",

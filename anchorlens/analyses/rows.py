@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,9 +39,31 @@ class Labels:
         vocab, codes = np.unique(np.asarray(labels, dtype=object).astype(str), return_inverse=True)
         return cls(codes.reshape(-1).astype(np.int64), tuple(str(v) for v in vocab))
 
+    @classmethod
+    def of_column(cls, column: pd.Series) -> Labels:
+        """Codes of a frame's string column [n] (missing labels read as ``""``)."""
+        codes, uniques = pd.factorize(column, use_na_sentinel=False)
+        vocab = tuple("" if pd.isna(v) else str(v) for v in uniques)
+        return cls(np.asarray(codes, dtype=np.int64), vocab)
+
     def column(self) -> pd.api.extensions.ExtensionArray:
         """The labels as the tidy string column."""
         return pd.array(list(self.vocab), dtype="str").take(self.codes)
+
+    def take(self, index: np.ndarray) -> Labels:
+        """The labels of rows ``index`` (ints or a bool mask [n])."""
+        return Labels(self.codes[index], self.vocab)
+
+    def isin(self, names: Iterable[str]) -> np.ndarray:
+        """[n] bool: whether each row's label is one of ``names``."""
+        wanted = set(names)
+        hit = np.array([v in wanted for v in self.vocab], dtype=bool)
+        return hit[self.codes] if len(self.vocab) else np.zeros(len(self.codes), dtype=bool)
+
+    def present(self) -> list[str]:
+        """The distinct labels of the rows, in order of first appearance."""
+        _, first = np.unique(self.codes, return_index=True)
+        return [self.vocab[self.codes[i]] for i in sorted(first)]
 
     @staticmethod
     def concat(parts: Sequence[Labels]) -> Labels:
@@ -81,6 +104,9 @@ class Rows:
             return Rows.empty()
         if len(parts) == 1:
             return parts[0]
+        names = list(parts[0].labels)
+        if any(list(p.labels) != names for p in parts):
+            raise ValueError("rows to concatenate have different label columns")
         cat = lambda name: np.concatenate([getattr(p, name) for p in parts])  # noqa: E731
         return Rows(
             cat("example"),
@@ -88,13 +114,78 @@ class Rows:
             cat("head"),
             cat("value"),
             cat("count"),
-            {c: Labels.concat([p.labels[c] for p in parts]) for c in LABEL_COLUMNS},
+            {c: Labels.concat([p.labels[c] for p in parts]) for c in names},
         )
 
-    def frame(self) -> pd.DataFrame:
-        """The rows as a tidy frame (columns and dtypes of :data:`~anchorlens.analyses.frames.COLUMNS`)."""
+    @classmethod
+    def from_frame(cls, df: pd.DataFrame) -> Rows:
+        """The tidy rows of a metric frame (a missing ``count`` reads as NaN; extra columns are left out)."""
+        if df.empty:
+            return cls.empty()
+        head = pd.to_numeric(df["head"]).astype("Int64").to_numpy(dtype=np.int64, na_value=NO_HEAD)
+        count = df["count"].to_numpy(dtype=np.float64) if "count" in df.columns else np.full(len(df), np.nan)
+        return cls(
+            df["example"].to_numpy(dtype=np.int64),
+            df["layer"].to_numpy(dtype=np.int64),
+            np.where(head < 0, NO_HEAD, head),
+            df["value"].to_numpy(dtype=np.float64),
+            count,
+            {c: Labels.of_column(df[c]) for c in LABEL_COLUMNS},
+        )
+
+    def take(self, index: np.ndarray) -> Rows:
+        """The rows ``index`` (ints or a bool mask [n]), in that order."""
+        return Rows(
+            self.example[index],
+            self.layer[index],
+            self.head[index],
+            self.value[index],
+            self.count[index],
+            {c: labels.take(index) for c, labels in self.labels.items()},
+        )
+
+    def where(self, column: str, names: Iterable[str]) -> np.ndarray:
+        """[n] bool: rows whose label in ``column`` is one of ``names``."""
+        return self.labels[column].isin(names) if column in self.labels else np.zeros(len(self), dtype=bool)
+
+    def arrow(self) -> Any:
+        """The rows as an Arrow table with the frame's columns and types, labels dictionary-encoded (their codes
+        used as they are: no string is built or hashed)."""
+        import pyarrow as pa
+
+        from anchorlens.analyses.frames import arrow_schema
+
+        names = list(COLUMNS) + [c for c in self.labels if c not in LABEL_COLUMNS]
         if not len(self):
-            return empty_frame()
+            return arrow_schema(names).empty_table()
+        dictionary = pa.dictionary(pa.int32(), pa.string())
+        numbers = {
+            "example": pa.array(self.example, pa.int64()),
+            "layer": pa.array(self.layer, pa.int64()),
+            "head": pa.array(self.head, pa.int64(), mask=self.head < 0),
+            "value": pa.array(self.value, pa.float64(), mask=np.isnan(self.value)),  # NaN as null, as from pandas
+            "count": pa.array(self.count, pa.float64(), mask=np.isnan(self.count)),
+        }
+        columns = [
+            numbers[c]
+            if c in numbers
+            else pa.DictionaryArray.from_arrays(
+                pa.array(self.labels[c].codes, pa.int32()), pa.array(self.labels[c].vocab, pa.string())
+            )
+            for c in names
+        ]
+        fields = [pa.field(c, dictionary if c not in numbers else numbers[c].type) for c in names]
+        return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as a tidy frame (columns and dtypes of :data:`~anchorlens.analyses.frames.COLUMNS`; label
+        columns beyond the tidy ones, such as ``fixed``, follow them as strings)."""
+        extra = [c for c in self.labels if c not in LABEL_COLUMNS]
+        if not len(self):
+            out = empty_frame()
+            for c in extra:
+                out[c] = pd.Series(dtype="str")
+            return out
         head = pd.arrays.IntegerArray(np.where(self.head < 0, 0, self.head).astype(np.int64), self.head < 0)
         columns = {
             "example": self.example,
@@ -102,9 +193,9 @@ class Rows:
             "head": head,
             "value": self.value,
             "count": self.count,
-            **{c: self.labels[c].column() for c in LABEL_COLUMNS},
+            **{c: self.labels[c].column() for c in self.labels},
         }
-        return pd.DataFrame({c: columns[c] for c in COLUMNS})
+        return pd.DataFrame({c: columns[c] for c in list(COLUMNS) + extra})
 
 
 def _site(

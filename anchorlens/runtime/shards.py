@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from anchorlens.analyses.rows import Rows
 from anchorlens.atomic import atomic_write, clean_stale_temps, os_errors, write_json
 from anchorlens.errors import DataError
 from anchorlens.rundir import PROGRESS_DIR
@@ -110,15 +111,22 @@ class Progress:
             table = pa.ipc.open_file(source).read_all()
         return table.cast(_plain_schema(table.schema)).replace_schema_metadata(None)
 
-    def save(self, chunk: int, example_ids: Sequence[int], frame: pd.DataFrame) -> int:
-        """Write the chunk's metric rows, then its marker (both atomically); returns the number of rows."""
+    def save(self, chunk: int, example_ids: Sequence[int], rows: pd.DataFrame | Rows) -> int:
+        """Write the chunk's metric rows (a frame, or :class:`~anchorlens.analyses.rows.Rows`: no frame is built),
+        then its marker (both atomically); returns the number of rows."""
         rows_path, marker = self.paths(chunk)
-        table = frame_table(frame, {"run_key": self.run_key, "chunk": str(chunk)})
+        facts = {"run_key": self.run_key, "chunk": str(chunk)}
+        if isinstance(rows, pd.DataFrame):
+            table = frame_table(rows, facts).combine_chunks()
+            table = table.cast(_dictionary_schema(table.schema))  # one dictionary per label column
+        else:
+            table = rows.arrow()
+            table = table.replace_schema_metadata({b"anchorlens": json.dumps(facts)})
 
         def write(path: Path) -> None:
             import pyarrow as pa
 
-            compact = table.combine_chunks().cast(_dictionary_schema(table.schema))  # one dictionary per column
+            compact = table
             options = pa.ipc.IpcWriteOptions(compression="lz4")
             with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, compact.schema, options=options) as writer:
                 writer.write_table(compact)
@@ -187,7 +195,7 @@ def frame_table(frame: pd.DataFrame, facts: dict[str, str] | None = None) -> Any
 
 def run_chunks(
     chunks: Sequence[tuple[int, Sequence[int]]],
-    compute: Callable[[Sequence[int]], pd.DataFrame],
+    compute: Callable[[Sequence[int]], pd.DataFrame | Rows],
     progress: Progress,
     on_chunk: Callable[[int, bool, int], None] | None = None,
     on_chunk_saved: Callable[[int], None] | None = None,

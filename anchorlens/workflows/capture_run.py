@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from anchorlens.analyses import metrics_frame
+from anchorlens.analyses import metrics_rows
 from anchorlens.analyses.evidence import evidence_record
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import encode_batches, stream_statistics
@@ -240,7 +240,7 @@ def run_capture(
             )
             reducers = make_reducers()
             stream_statistics(model, batches, reducers, selection)
-            return metrics_frame(reducers, anchors=anchors)
+            return metrics_rows(reducers, anchors=anchors)  # written to the shard as they are: no frame is built
 
         bar = stage("capture", sum(len(ids) for _, ids in mine), enabled=progress and rt.is_main())
         written = [0]

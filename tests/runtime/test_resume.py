@@ -210,3 +210,24 @@ def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
     computed.clear()
     run_chunks(chunks, compute, store)
     assert computed == []  # the recomputed chunks were saved again
+
+
+def test_a_shard_written_from_rows_equals_one_written_from_the_frame(tmp_path):
+    from anchorlens.analyses import default_reducers, metrics_rows
+    from anchorlens.analyses.rows import Rows
+    from tests.runtime.synth import feed, make_items
+
+    reducers = default_reducers()
+    feed(reducers, make_items(6, seed=3), [[0, 1, 2], [3, 4, 5]])
+    rows = metrics_rows(reducers, anchors=("capsule", "first_token"))
+    assert (rows.frame()["fixed"] != "").any() and rows.frame()["head"].isna().any()  # flags and head means travel
+    store = Progress(tmp_path, "key")
+    store.start()
+    assert store.save(0, [0], rows) == store.save(1, [0], rows.frame()) == len(rows)
+    assert store.save(2, [1], Rows.empty()) == store.save(3, [1], Rows.empty().frame()) == 0
+    for a, b in ((0, 1), (2, 3)):
+        assert store.read(a).equals(store.read(b))
+        assert store.done(a, [0] if a == 0 else [1])
+    pd.testing.assert_frame_equal(
+        store.read(0).to_pandas(), rows.frame().astype({"head": "float64"}), check_dtype=False
+    )
