@@ -103,13 +103,15 @@ class Progress:
                 out.append(int(info["chunk"]))
         return out
 
-    def read(self, chunk: int) -> Any:
-        """A finished chunk's rows as an Arrow table with the metric frame's schema (labels as strings)."""
+    def read(self, chunk: int, dictionary: bool = False) -> Any:
+        """A finished chunk's rows as an Arrow table with the metric frame's schema: labels as strings, or as
+        they are stored (dictionary-encoded) with ``dictionary``."""
         import pyarrow as pa
 
         with pa.OSFile(str(self.paths(chunk)[0]), "rb") as source:  # read into memory: nothing left mapped
             table = pa.ipc.open_file(source).read_all()
-        return table.cast(_plain_schema(table.schema)).replace_schema_metadata(None)
+        table = table if dictionary else table.cast(_plain_schema(table.schema))
+        return table.replace_schema_metadata(None)
 
     def save(self, chunk: int, example_ids: Sequence[int], rows: pd.DataFrame | Rows) -> int:
         """Write the chunk's metric rows (a frame, or :class:`~anchorlens.analyses.rows.Rows`: no frame is built),
@@ -235,7 +237,9 @@ def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]
     """Stream the chunks' shards, in chunk order, into one parquet file at ``out`` (atomically); returns its rows.
 
     Memory holds one shard at a time. A missing or damaged shard (a rank that died, a truncated file) is a
-    one-line DataError naming the chunk: the rerun recomputes it.
+    one-line DataError naming the chunk: the rerun recomputes it. The labels go to parquet as the shards hold
+    them (dictionary-encoded, which is how parquet stores them anyway) and without the Arrow schema, so
+    readers get plain string columns.
     """
     import pyarrow.parquet as pq
 
@@ -247,9 +251,9 @@ def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]
         writer = None
         try:
             for chunk, _ids in chunks:
-                table = progress.read(chunk)
+                table = progress.read(chunk, dictionary=True)
                 if writer is None:
-                    writer = pq.ParquetWriter(path, table.schema, compression="zstd")
+                    writer = pq.ParquetWriter(path, table.schema, compression="zstd", store_schema=False)
                 writer.write_table(table)
                 total += table.num_rows
         finally:
