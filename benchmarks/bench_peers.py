@@ -8,12 +8,13 @@ CPU-time and wall ratios to the plain forward (sdpa, LM head skipped), peak RSS,
 
 Modes: ``plain`` (sdpa, ``logits_to_keep=1``), ``eager`` (eager + output_attentions, every layer's
 first-token mass computed from the returned maps), ``fast`` / ``strict`` (anchorlens streaming with the
-default reducers, as ``capture`` runs them: chunks of 32 examples whose metric rows go to a parquet shard on
+default reducers, as ``capture`` runs them: chunks of 32 examples whose metric rows go to an Arrow shard on
 disk through capture's own shard writer, so nothing of a finished chunk stays in memory, and the shards are
 concatenated into one ``metrics.parquet`` at the end), ``evidence`` (``fast`` plus ``value_mass`` and ``sink_battery``,
 the issue's cost target) and ``evidence_all`` (also ``massive_activations``: what ``--evidence all`` costs),
-``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` /
-``transformerlens`` only when importable (optional extras, never installed by anchorlens).
+``maps`` (anchorlens full maps of all 64 examples), and ``nnsight`` when importable (its ``trace`` over the
+eager model saving every layer's attention weights, then the same statistics as ``eager``; an optional extra,
+never installed by anchorlens: ``pip install --no-deps nnsight==0.8.1`` plus its small pure-Python deps).
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_peers.py [--repeats 5] [--threads 1] [--n 64]
 [--modes plain,eager,fast,evidence]``.
@@ -156,6 +157,20 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
             q = sm.probs.shape[2]
             masses[amap.example_id] = sm.probs[:, :, :, 0].sum(-1).numpy() / q
 
+    def nnsight(bs):  # nnsight's own trace over the eager model: every layer's attention weights saved
+        from nnsight import NNsight
+
+        base.model.set_attn_implementation("eager")
+        net = NNsight(base.model)
+        for b in bs:
+            with torch.no_grad(), net.trace(input_ids=b.input_ids, attention_mask=b.attention_mask, logits_to_keep=1):
+                saved = list().save()
+                for i in range(layers):
+                    saved.append(net.model.layers[i].self_attn.output[1])
+            entropy_from_maps(saved, b.attention_mask)
+            m = first_token_from_maps(saved, b.attention_mask)
+            masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
+
     def peer(bs, name):
         raise SystemExit(f"{name}: not measured here (install it in a separate venv and add its loop)")
 
@@ -167,6 +182,7 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
         "evidence": lambda bs: streaming(bs, "fast", ("value_mass", "sink_battery")),
         "evidence_all": lambda bs: streaming(bs, "fast", EVIDENCE_REDUCERS),
         "maps": maps,
+        "nnsight": nnsight,
     }
     fn = fns[mode] if mode in fns else (lambda bs: peer(bs, mode))
     fn(batches[:1])  # warm-up: installs functions, allocator, threads
@@ -190,7 +206,7 @@ def available_modes() -> list[str]:
     """The built-in modes plus peers that can be imported here."""
     modes = ["plain", "eager", "fast", "strict", "evidence", "evidence_all", "maps"]
     if importlib.util.find_spec("nnsight") is not None:
-        print("nnsight is importable but its loop is not implemented in this benchmark; skipped")
+        modes.append("nnsight")
     if importlib.util.find_spec("transformer_lens") is not None:
         print("TransformerLens is importable but its loop is not implemented in this benchmark; skipped")
     return modes

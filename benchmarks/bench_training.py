@@ -27,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from anchorlens.evaluation import ScoringBatch, label_scores, scoring_batch, verbalizer_ids  # noqa: E402
+from anchorlens.heap import release_free_memory  # noqa: E402
 from anchorlens.methods import load_guided  # noqa: E402
 from anchorlens.models.loading import load_base  # noqa: E402
 from anchorlens.tasks import bundled_examples, get_task  # noqa: E402
@@ -128,7 +129,7 @@ def probe(args: argparse.Namespace) -> None:
     with torch.no_grad():  # page in the (memory-mapped) weights so they do not count as step memory
         base.forward(batches[0].encoded)
     gc.collect()
-    _malloc_trim()
+    release_free_memory()  # freed heap back to the OS, so the baseline RSS is the live memory
     start = _rss_kb()
     peak = [start]
     running = threading.Event()
@@ -148,16 +149,6 @@ def probe(args: argparse.Namespace) -> None:
     sampler.join()
     peak[0] = max(peak[0], _rss_kb())
     print(f"PEAK_RSS_GROWTH_MB {(peak[0] - start) / 1024:.3f}")
-
-
-def _malloc_trim() -> None:
-    """Hand freed heap memory back to the OS (glibc), so the baseline RSS is the live memory."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _rss_kb() -> int:

@@ -9,7 +9,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "anchorlens"
 
 # Upstream first. A module may import only from its own layer or layers above it.
 LAYERS = [
-    {"errors", "atomic", "progress", "rundir", "tensorfile", "devices", "arguments"},
+    {"errors", "atomic", "progress", "rundir", "tensorfile", "devices", "arguments", "heap"},
     {"roles"},
     {"tasks"},
     {"models"},

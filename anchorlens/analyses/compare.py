@@ -17,6 +17,7 @@ from anchorlens.analyses.stats import (
     paired_summary,
     summarize,
 )
+from anchorlens.heap import release_free_memory
 
 _STAT_COLUMNS = ["n", "mean_baseline", "mean_checkpoint", "diff", "ci_lo", "ci_hi", "p_value", "q_value", "significant"]
 # ci_lo/ci_hi: CI of the row's own mean; diff_lo/diff_hi: CI of its paired difference to the first checkpoint
@@ -147,9 +148,10 @@ def _block_stats(
         diff = a - b
         n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
         ok = np.isfinite(diff)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            cols["mean_a"].append(np.where(ok, a, 0.0).sum(1) / n)
-            cols["mean_b"].append(np.where(ok, b, 0.0).sum(1) / n)
+        with np.errstate(invalid="ignore", divide="ignore"):  # sums over the paired values, without copies
+            cols["mean_a"].append(a.sum(1, where=ok) / n)
+            cols["mean_b"].append(b.sum(1, where=ok) / n)
+        del diff, ok
         for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
             cols[k].append(v)
     return {k: np.concatenate(v) for k, v in cols.items()} if cols["id"] else None
@@ -160,6 +162,8 @@ def _spill_blocks(spill: CellSpill, name: str, baseline: str) -> Iterator[tuple[
     for block in range(spill.n_blocks):
         ids, a = spill.read(name, block)
         yield ids, a, spill.read(baseline, block)[1]
+        del a
+        release_free_memory()  # the block's matrices: pages back to the OS, not a heap that grows with the blocks
 
 
 def _with_stats(
@@ -292,6 +296,9 @@ def _fixed_reason(rows: pd.DataFrame) -> str:
     return str(reasons.iloc[0]) if len(reasons) else ""
 
 
+_MERGE_PARTS = 64  # HeadlineRows keeps its per-example values in at most this many frames
+
+
 class HeadlineRows:
     """Per-example headline values gathered chunk by chunk (a few numbers per example and checkpoint) and the
     metrics the mask fixes: each example's value is its mean over layers and heads of the metric's finite rows."""
@@ -326,6 +333,8 @@ class HeadlineRows:
             per = sub.groupby(["stack", "example"], sort=True, observed=True)["value"].mean().reset_index()
             per["checkpoint"], per["name"] = checkpoint, metric.name
             self._parts.append(per)
+        if len(self._parts) >= _MERGE_PARTS:  # a few numbers per example: one frame, not a thousand small ones
+            self._parts = [pd.concat(self._parts, ignore_index=True)]
 
     def result(self) -> tuple[pd.DataFrame, dict]:
         """(per checkpoint, metric name, stack, example: the example's value, in that order; {(name, checkpoint):

@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 
 RECORD = np.dtype([("cell", "<i8"), ("example", "<i8"), ("value", "<f8")])
-BUDGET = 1 << 20  # cell x example values of one block (8 MiB of float64)
+BUDGET = 1 << 18  # cell x example values of one block (2 MiB of float64; the statistics hold a few such matrices)
+_READ_RECORDS = 1 << 16  # records read back at a time (1.5 MiB)
 _NA_HEAD = -1  # head <NA> (rows averaged over heads) inside cell keys
 
 
@@ -136,8 +137,9 @@ class CellSpill:
         values = np.full((len(ids), self.n_examples), np.nan)
         path = self._path(side, block) if side in self.sides else None
         if path is not None and path.exists():
-            records = np.fromfile(path, dtype=RECORD)
-            values[records["cell"] - first, records["example"]] = records["value"]
+            with open(path, "rb") as f:  # in slices: the 24-byte records of a whole block never sit in memory at once
+                while len(records := np.fromfile(f, dtype=RECORD, count=_READ_RECORDS)):
+                    values[records["cell"] - first, records["example"]] = records["value"]
         return ids, values
 
     def blocks(self, side: str) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -21,8 +21,8 @@ from anchorlens.analyses.frames import ROW_KEYS
 _CHUNK = 1 << 20  # elements per temporary block (8 MiB of float64: transients do not grow with the number of examples)
 
 
-_CACHE_LIMIT = 1 << 22  # resample / sign matrices up to this many elements (32 MiB) are built once and reused;
-# larger ones are streamed in blocks: a cached [10,000, 2,490] sign matrix alone was 190 MiB, memory growing with N
+_CACHE_LIMIT = _CHUNK  # resample / sign matrices up to this many elements (8 MiB) are built once and reused; larger
+# ones are streamed in blocks: a cached matrix is [draws, n], so any larger limit makes memory grow with n up to it
 
 
 @functools.lru_cache(maxsize=2)

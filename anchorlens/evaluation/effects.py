@@ -22,6 +22,7 @@ from anchorlens.capture.collect import PromptRenderer, encode_batches
 from anchorlens.evaluation.batches import length_sorted_batches, scoring_batch
 from anchorlens.evaluation.scoring import answer_scores
 from anchorlens.evaluation.verbalizers import verbalizer_ids
+from anchorlens.heap import release_free_memory
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.tasks import Task
 
@@ -103,6 +104,8 @@ def _label_effects(
             }
             for metric, v in values.items():
                 out.extend((name, i, metric, float(x)) for i, x in zip(span, v.tolist()))
+        del batch, scores, logp, ref
+        release_free_memory()  # the batch's logits and activations: their pages back to the OS, not a growing heap
     order = {name: k for k, name in enumerate(models)}
     kinds = {metric: k for k, metric in enumerate(EFFECTS)}
     return sorted(out, key=lambda r: (r[1] // batch_size, order[r[0]], kinds[r[2]], r[1]))  # the examples' order

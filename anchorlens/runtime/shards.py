@@ -27,6 +27,7 @@ import pandas as pd
 from anchorlens.analyses.rows import Rows
 from anchorlens.atomic import atomic_write, clean_stale_temps, os_errors, write_json
 from anchorlens.errors import DataError
+from anchorlens.heap import release_free_memory
 from anchorlens.rundir import PROGRESS_DIR
 
 RUN_FILE = "run.json"
@@ -215,6 +216,7 @@ def run_chunks(
         if not resumed:
             rows = progress.save(chunk, ids, compute(ids))
             written += rows
+            release_free_memory()  # the chunk's arrays are gone: their pages go back, not into a growing heap
             if on_chunk_saved is not None:
                 on_chunk_saved(chunk)
         if on_chunk is not None:

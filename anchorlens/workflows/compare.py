@@ -21,6 +21,7 @@ from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import effects_table, example_effects
+from anchorlens.heap import release_free_memory
 from anchorlens.models.loading import load_base
 from anchorlens.progress import stage
 from anchorlens.rundir import OutClaim
@@ -193,6 +194,8 @@ def compare(
             for df in frames:
                 summaries.add(name, df)
                 bar.update(0, rows=summaries.writer.rows)
+                del df
+                release_free_memory()  # the chunk's frame and arrays: pages back to the OS, not a growing heap
         one = [rows[map_example]]
         batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
         maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
@@ -217,6 +220,7 @@ def compare(
     seconds["task_effects"] = time.perf_counter() - clock
     clock = time.perf_counter()
     effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
+    release_free_memory()  # each phase's freed arrays back to the OS before the next one allocates its own
     statistics = summaries.result(names, n_boot)
     seconds["statistics"] = time.perf_counter() - clock
     facts = {

@@ -31,6 +31,7 @@ from anchorlens.analyses.frames import ROW_KEYS, arrow_schema, conform
 from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS, STRUCTURAL_MASS, HeadlineMetric
 from anchorlens.analyses.spill import CellMeans, CellSpill
 from anchorlens.analyses.stats import summarize
+from anchorlens.heap import release_free_memory
 
 # metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
 PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
@@ -192,6 +193,8 @@ class Summaries:
         self.writer.close()
         per, fixed = self.headline.result()
         headline = headline_from_rows(per, fixed, names, self.headline.metrics, n_boot=n_boot)
+        del per
+        release_free_memory()  # each step's freed arrays back to the OS before the next one allocates its own
         family = ["checkpoint", "metric"]
         paired = pd.concat(
             [
@@ -200,6 +203,7 @@ class Summaries:
             ],
             ignore_index=True,
         )
+        release_free_memory()
         return {
             "headline": headline,
             "paired": paired,

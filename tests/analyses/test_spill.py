@@ -51,7 +51,24 @@ def test_spill_keeps_memory_to_one_block(tmp_path):
         spill.add("x", fake_frame(0.0, n=1).assign(example=1000))
 
 
-def test_headline_rows_by_chunk_equal_the_whole_frame():
+def test_a_block_read_in_slices_equals_one_read_whole(tmp_path, monkeypatch):
+    import anchorlens.analyses.spill as spill_module
+
+    spill = CellSpill(tmp_path, paired_cell(A.COLUMNS), n_examples=11, budget=1 << 20)
+    for chunk in _chunks(_ragged(0.0, 6), 4):
+        spill.add("x", chunk)
+    ids, whole = spill.read("x", 0)
+    monkeypatch.setattr(spill_module, "_READ_RECORDS", 7)  # many slices, the last one partial
+    ids_sliced, sliced = spill.read("x", 0)
+    assert (ids == ids_sliced).all() and np.isfinite(whole).sum() > 100
+    np.testing.assert_array_equal(sliced, whole)
+
+
+@pytest.mark.parametrize("merge", [2, 64])  # parts merged into one frame as they come, or kept apart
+def test_headline_rows_by_chunk_equal_the_whole_frame(merge, monkeypatch):
+    import anchorlens.analyses.compare as compare_module
+
+    monkeypatch.setattr(compare_module, "_MERGE_PARTS", merge)
     metrics = [HM_MASS, HM_ENT]
     frames = {"base": _ragged(0.0, 4), "ckpt": _ragged(0.2, 5)}
     old = A.headline_table(frames, metrics, n_boot=200, n_perm=300)
