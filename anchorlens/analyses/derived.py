@@ -145,9 +145,11 @@ def entropy_rows(rows: Rows) -> Rows:
     inputs_mask = np.ones(len(entropy), dtype=bool)
     seen = rows.where("metric", ["visible_keys"])
     if seen.any():
-        key = _keys(rows, "example", "stack", "layer", "query_role")
-        single = key[seen & (rows.value <= 1)]
-        inputs_mask = ~member_of(key[is_entropy], single)
+        part = is_entropy | seen  # keys of the rows that take part only
+        sub = rows.take(part)
+        key = _keys(sub, "example", "stack", "layer", "query_role")
+        single = key[seen[part] & (sub.value <= 1)]
+        inputs_mask = ~member_of(key[is_entropy[part]], single)
     inputs = input_labels_of(entropy)
     guidance = resolve_roles(GUIDANCE, inputs)
     parts = [
@@ -167,10 +169,13 @@ def entropy_rows(rows: Rows) -> Rows:
 def absorption_rows(rows: Rows) -> Rows:
     """``guidance_absorption``: decomposition[input, K] / visible_share[input, K] where keys of K exist
     (:func:`anchorlens.analyses.metrics.guidance_absorption`)."""
+    is_mass, visible = rows.where("metric", ["decomposition"]), rows.where("metric", ["visible_share"])
+    if not is_mass.any() or not visible.any():
+        return Rows.empty()
+    rows = rows.take(is_mass | visible)  # keys of the rows that take part only (not the role_flow bulk)
     pair = rows.where("query_role", [INPUT]) & rows.where("key_role", _ABSORBING)
-    mass = rows.where("metric", ["decomposition"]) & pair
     visible = rows.where("metric", ["visible_share"])
-    share = visible & pair
+    mass, share = rows.where("metric", ["decomposition"]) & pair, visible & pair
     if not mass.any() or not share.any():
         return Rows.empty()
     key = _keys(rows, "example", "stack", "layer", "key_role")
@@ -209,9 +214,17 @@ def derived_rows(rows: Rows, anchors: Sequence[RoleLike] = ("capsule",)) -> Rows
 def fixed_reasons(rows: Rows) -> tuple[np.ndarray, list[str]]:
     """(row indices [k], reasons [k]) of the rows the attention mask fixes, from the ``visible_share`` /
     ``visible_keys`` rows (:func:`anchorlens.analyses.metrics.mark_fixed`); none without them."""
-    visible = rows.where("metric", ["visible_share"])
-    if not visible.any():
+    if not rows.where("metric", ["visible_share"]).any():
         return np.zeros(0, dtype=np.int64), []
+    metrics = ["visible_share", "visible_keys", "entropy", *FLOW_METRICS]
+    part = np.nonzero(rows.where("metric", metrics))[0]  # keys of the rows that take part only
+    index, reasons = _fixed_among(rows.take(part))
+    return part[index], reasons
+
+
+def _fixed_among(rows: Rows) -> tuple[np.ndarray, list[str]]:
+    """:func:`fixed_reasons` of rows holding the visibility rows and the candidates only."""
+    visible = rows.where("metric", ["visible_share"])
     by_key = _keys(rows, "example", "stack", "layer", "key_role")
     by_pair = _keys(rows, "example", "stack", "layer", "query_role", "key_role")
     candidate = rows.where("metric", FLOW_METRICS)
