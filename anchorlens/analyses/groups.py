@@ -76,9 +76,10 @@ class Groups:
     def by(cls, key: np.ndarray) -> Groups:
         """Group by one int64 key per row [n]; groups in ascending key order."""
         codes, uniques = pd.factorize(key, sort=True)  # hash, then sort only the distinct keys
-        first = np.full(len(uniques), len(key), dtype=np.int64)
-        np.minimum.at(first, codes, np.arange(len(key), dtype=np.int64))
-        return cls(codes.astype(np.int64), first)
+        codes = np.asarray(codes, dtype=np.int64)
+        first = np.empty(len(uniques), dtype=np.int64)
+        first[codes[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=np.int64)  # the last write is a group's first row
+        return cls(codes, first)
 
     def __len__(self) -> int:
         return len(self.first)

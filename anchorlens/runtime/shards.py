@@ -129,10 +129,9 @@ class Progress:
         def write(path: Path) -> None:
             import pyarrow as pa
 
-            compact = table
             options = pa.ipc.IpcWriteOptions(compression="lz4")
-            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, compact.schema, options=options) as writer:
-                writer.write_table(compact)
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema, options=options) as writer:
+                writer.write_table(table)
 
         atomic_write(rows_path, write)
         write_json(
