@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.frames import ALL, COLUMNS, NO_ROLE, empty_frame
+from anchorlens.analyses.frames import ALL, COLUMNS, NO_ROLE, arrow_schema, empty_frame
 
 LABEL_COLUMNS: tuple[str, ...] = ("stack", "metric", "query_role", "key_role")
 NO_HEAD = -1  # head code of rows averaged over heads (<NA> in the frame)
@@ -152,8 +152,6 @@ class Rows:
         """The rows as an Arrow table with the frame's columns and types, labels dictionary-encoded (their codes
         used as they are: no string is built or hashed)."""
         import pyarrow as pa
-
-        from anchorlens.analyses.frames import arrow_schema
 
         names = list(COLUMNS) + [c for c in self.labels if c not in LABEL_COLUMNS]
         if not len(self):
