@@ -212,6 +212,44 @@ def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
     assert computed == []  # the recomputed chunks were saved again
 
 
+def test_a_shard_damaged_under_an_intact_footer_is_set_aside_and_recomputed(tmp_path):
+    from anchorlens.analyses import default_reducers, metrics_frame
+    from anchorlens.errors import DataError
+    from anchorlens.runtime.shards import chunk_indices, concat_shards, run_chunks
+    from tests.runtime.synth import feed, make_items
+
+    data = make_items(6, seed=7)
+    chunks = list(enumerate(chunk_indices(6, 2)))
+    computed: list[int] = []
+
+    def compute(ids):
+        computed.extend(ids)
+        reducers = default_reducers()
+        feed(reducers, data, [list(ids)])
+        return metrics_frame(reducers)
+
+    store = Progress(tmp_path, "key-a")
+    store.start()
+    run_chunks(chunks, compute, store)
+    concat_shards(store, chunks, tmp_path / "want.parquet")
+    shard = store.paths(1)[0]
+    body = bytearray(shard.read_bytes())
+    middle = len(body) // 2
+    body[middle - 64 : middle + 64] = bytes(128)  # compressed rows zeroed, footer untouched
+    shard.write_bytes(bytes(body))
+    assert store.done(1, chunks[1][1])  # the footer alone cannot tell
+    with pytest.raises(DataError, match=r"rows of chunk 1 are damaged.*rerun the same command"):
+        concat_shards(store, chunks, tmp_path / "got.parquet")
+    assert not (tmp_path / "got.parquet").exists()
+    computed.clear()
+    run_chunks(chunks, compute, store)
+    assert computed == list(chunks[1][1])  # only the damaged chunk again
+    concat_shards(store, chunks, tmp_path / "got.parquet")
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "got.parquet"), pd.read_parquet(tmp_path / "want.parquet"), check_exact=True
+    )
+
+
 def test_a_shard_written_from_rows_equals_one_written_from_the_frame(tmp_path):
     from anchorlens.analyses import default_reducers, metrics_rows
     from anchorlens.analyses.rows import Rows
