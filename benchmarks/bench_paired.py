@@ -13,13 +13,17 @@ batches and rounds, relative to plain, and the spread of the per-round ratios.
 that one, ``fast+NAME``) and one with all of them (``fast+extra``), in the same rotation: the cost of a reducer
 is its mode's ratio beside ``fast``'s.
 
+``--nnsight`` adds nnsight's ``trace`` over the eager model (every layer's attention weights saved, then eager's two
+statistics) as a mode in the same rotation; nnsight is an optional extra, never installed by anchorlens.
+
 ``--rows`` charges the fast modes with what ``capture`` does after the forward, as it does it: every chunk of 32
 examples (4 batches) the reducers' ``metrics_rows`` (derived metrics and mask flags included), saved as a progress
 shard by capture's own writer, fresh reducers for the next chunk, and at the end of the round the shards
 concatenated into one ``metrics.parquet`` (:func:`~anchorlens.runtime.shards.concat_shards`): the end-to-end
 cost of streaming capture, still paired batch by batch with the plain forward.
 
-Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES] [--rows]``.
+Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES] [--rows]
+[--nnsight]``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_peers import BATCH, CHUNK, eager_statistics, plain_forward, rotated, rte_batches  # noqa: E402
+from bench_peers import (  # noqa: E402
+    BATCH,
+    CHUNK,
+    eager_statistics,
+    nnsight_statistics,
+    plain_forward,
+    rotated,
+    rte_batches,
+)
 
 MODES = ("plain", "eager", "fast")
 
@@ -47,6 +59,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--extra", default="", help="reducer names to add to the defaults, each as its own mode")
     parser.add_argument("--rows", action="store_true", help="also build, save and concatenate each chunk's rows")
+    parser.add_argument("--nnsight", action="store_true", help="add nnsight's trace (when importable) as a mode")
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
     from anchorlens.analyses import default_reducers, metrics_rows
@@ -89,8 +102,15 @@ def main() -> None:
             progress = Progress(folder / f"{mode}-{r}", mode)
             concat_shards(progress, [(c, [c]) for c in range(chunks)], folder / f"{mode}-{r}.parquet")
 
-    modes = (*MODES, *[m for m in variants if m != "fast"])
+    peers: tuple[str, ...] = ()
     run = {"plain": lambda b: plain_forward(base, b), "eager": lambda b: eager_statistics(base, b)}
+    if args.nnsight:
+        from nnsight import NNsight
+
+        net, layers = NNsight(base.model), base.model.config.num_hidden_layers
+        run["nnsight"] = lambda b: nnsight_statistics(net, base, b, layers)
+        peers = ("nnsight",)
+    modes = (*MODES, *peers, *[m for m in variants if m != "fast"])
     run |= {mode: fast(mode) for mode in variants}
     for mode in modes:  # warm-up: installs the attention function, sizes the allocator
         run[mode](batches[0])

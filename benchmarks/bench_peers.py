@@ -100,6 +100,18 @@ def eager_statistics(base, batch) -> np.ndarray:
         return first_token_from_maps(out.attentions, batch.attention_mask)
 
 
+def nnsight_statistics(net, base, batch, layers: int) -> np.ndarray:
+    """nnsight's ``trace`` over the eager model (``net``: ``NNsight(base.model)``) saving every layer's attention
+    weights, then the first-token mass ([B, L, H], returned) and row entropy from them, as :func:`eager_statistics`."""
+    base.model.set_attn_implementation("eager")
+    with torch.no_grad(), net.trace(input_ids=batch.input_ids, attention_mask=batch.attention_mask, logits_to_keep=1):
+        saved = list().save()
+        for i in range(layers):
+            saved.append(net.model.layers[i].self_attn.output[1])
+    entropy_from_maps(saved, batch.attention_mask)
+    return first_token_from_maps(saved, batch.attention_mask)
+
+
 def masses_from_frame(frame, n_layers: int, n_heads: int) -> dict[int, np.ndarray]:
     """example id -> [L, H] first-token mass (query role ``all``) from a first_token reducer frame."""
     rows = frame[(frame["metric"] == "first_token_mass") & (frame["query_role"] == "all")]
@@ -160,15 +172,9 @@ def run_mode(mode: str, n: int = N_EXAMPLES) -> tuple[float, float, dict[int, np
     def nnsight(bs):  # nnsight's own trace over the eager model: every layer's attention weights saved
         from nnsight import NNsight
 
-        base.model.set_attn_implementation("eager")
         net = NNsight(base.model)
         for b in bs:
-            with torch.no_grad(), net.trace(input_ids=b.input_ids, attention_mask=b.attention_mask, logits_to_keep=1):
-                saved = list().save()
-                for i in range(layers):
-                    saved.append(net.model.layers[i].self_attn.output[1])
-            entropy_from_maps(saved, b.attention_mask)
-            m = first_token_from_maps(saved, b.attention_mask)
+            m = nnsight_statistics(net, base, b, layers)
             masses.update({int(e): m[i] for i, e in enumerate(b.example_ids.tolist())})
 
     def peer(bs, name):
