@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from anchorlens.analyses.keys import mixed_radix
 from anchorlens.roles.kinds import INPUT_ROLES, Role
 from anchorlens.roles.table import GUIDANCE_NAMES
 
@@ -146,6 +147,14 @@ def concat_frames(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
     return conform(pd.concat(frames, ignore_index=True))
 
 
+def _column_codes(col: pd.Series) -> tuple[np.ndarray, int]:
+    """(codes [n], size): a column's values as integer codes, a categorical's own codes (NaN as 0)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return col.cat.codes.to_numpy(np.int64) + 1, len(col.cat.categories) + 1  # NaN (-1) -> 0
+    codes, uniques = pd.factorize(col, use_na_sentinel=False)
+    return np.asarray(codes, dtype=np.int64), len(uniques)
+
+
 def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     """Rows with ``head`` <NA>: unweighted mean of ``value`` (and of ``count``) over heads.
 
@@ -157,15 +166,7 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return conform(df)
     keys = [c for c in df.columns if c not in ("head", "value", "count")]
-    code = np.zeros(len(df), dtype=np.int64)
-    for c in keys:
-        col = df[c]
-        if isinstance(col.dtype, pd.CategoricalDtype):
-            codes, size = col.cat.codes.to_numpy(np.int64) + 1, len(col.cat.categories) + 1  # NaN (-1) -> 0
-        else:
-            codes, uniques = pd.factorize(col, use_na_sentinel=False)
-            size = len(uniques)
-        code = code * max(size, 1) + codes
+    code = mixed_radix((_column_codes(df[c]) for c in keys), len(df))
     inverse, uniq = pd.factorize(code)  # hash-based grouping: no sort of the rows
     first = np.empty(len(uniq), dtype=np.int64)
     first[inverse] = np.arange(len(code))  # any row of a group carries its keys

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from anchorlens.analyses.keys import mixed_radix
 from anchorlens.analyses.rows import NO_HEAD, Labels, Rows
-
-_LIMIT = 1 << 62  # combined codes stay below this (int64)
 
 
 def label_ranks(labels: Labels) -> np.ndarray:
@@ -39,24 +38,10 @@ def key_ranks(rows: Rows, column: str) -> np.ndarray:
 def combined_key(parts: Sequence[np.ndarray]) -> np.ndarray:
     """[n] one int64 per row that orders rows as the lexicographic order of ``parts`` (each [n] int64)."""
     n = len(parts[0]) if parts else 0
-    code = np.zeros(n, dtype=np.int64)
     if not n:
-        return code
-    for part in parts:
-        low, high = int(part.min()), int(part.max())
-        size = high - low + 1  # keys are small ranges (examples of a chunk, layers, heads, label ranks)
-        if int(code.max()) + 1 > _LIMIT // size:  # re-rank before the product could overflow
-            code = _dense(code)
-        if size > _LIMIT:
-            part, size = _dense(part), n
-        code = code * size + (part - low)
-    return code
-
-
-def _dense(key: np.ndarray) -> np.ndarray:
-    """[n] the rank of each key among the distinct keys (order kept, range at most n)."""
-    codes, _ = pd.factorize(key, sort=True)
-    return np.asarray(codes, dtype=np.int64)
+        return np.zeros(n, dtype=np.int64)
+    ranges = [(int(part.min()), int(part.max())) for part in parts]
+    return mixed_radix(((part - low, high - low + 1) for part, (low, high) in zip(parts, ranges, strict=True)), n)
 
 
 @dataclass(frozen=True)

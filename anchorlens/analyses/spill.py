@@ -23,6 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from anchorlens.analyses.keys import mixed_radix
+
 RECORD = np.dtype([("cell", "<i8"), ("example", "<i8"), ("value", "<f8")])
 BUDGET = 1 << 18  # cell x example values of one block (2 MiB of float64; the statistics hold a few such matrices)
 _READ_RECORDS = 1 << 16  # records read back at a time (1.5 MiB)
@@ -48,15 +50,14 @@ class CellIndex:
         """
         if frame.empty:
             return np.empty(0, dtype=np.int64)
-        code = np.zeros(len(frame), dtype=np.int64)
         columns = []
         for c in self.columns:
             col = frame[c]
             if c == "head":
                 col = pd.Series(pd.array(col, dtype="Int64").fillna(_NA_HEAD), index=col.index)
             codes, uniques = pd.factorize(col, use_na_sentinel=False)
-            code = code * max(len(uniques), 1) + codes
-            columns.append((codes, np.asarray(uniques, dtype=object)))
+            columns.append((np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)))
+        code = mixed_radix(((codes, len(uniques)) for codes, uniques in columns), len(frame))
         inverse, distinct = pd.factorize(code)
         first = np.empty(len(distinct), dtype=np.int64)
         first[inverse[::-1]] = np.arange(len(code) - 1, -1, -1)  # a row of each distinct cell
