@@ -5,7 +5,7 @@ same batches, alternating batch by batch in one process, so that the slow drift 
 machine the speed of identical runs drifts by ±10% between processes, as large as the differences it
 measures. Here the three modes take turns on every batch (the order rotating from batch to batch, so no
 mode always runs first after another; fast capture is one stream per round, flushed at its end) over
-``--repeats`` rounds of the 64 real RTE examples (batch 8, SmolLM2-135M); every mode computes
+``--repeats`` rounds of the first ``--n`` (64) real RTE training examples (batch 8, SmolLM2-135M); every mode computes
 per-layer/head first-token mass and row entropy. Reported: the CPU time of each mode summed over all
 batches and rounds, relative to plain, and the spread of the per-round ratios.
 
@@ -23,7 +23,7 @@ concatenated into one ``metrics.parquet`` (:func:`~anchorlens.runtime.shards.con
 cost of streaming capture, still paired batch by batch with the plain forward.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/bench_paired.py [--repeats 3] [--threads 1] [--extra NAMES] [--rows]
-[--nnsight]``.
+[--nnsight] [--n 64]``.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--extra", default="", help="reducer names to add to the defaults, each as its own mode")
     parser.add_argument("--rows", action="store_true", help="also build, save and concatenate each chunk's rows")
+    parser.add_argument("--n", type=int, default=64, help="RTE training examples per round")
     parser.add_argument("--nnsight", action="store_true", help="add nnsight's trace (when importable) as a mode")
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
@@ -70,7 +71,7 @@ def main() -> None:
     from anchorlens.runtime.shards import Progress, concat_shards
 
     base = load_base("smollm2-135m")
-    batches = rte_batches(base)
+    batches = rte_batches(base, args.n)
     # fast capture is one stream per round, as stream_statistics runs it: one sink and one set of buffers for
     # every batch, the reducers flushed once at the end of the round (timed, and charged to fast)
     extra = [n for n in args.extra.split(",") if n]
@@ -136,7 +137,7 @@ def main() -> None:
     shutil.rmtree(folder, ignore_errors=True)
     total = {m: sum(r[m] for r in rounds) for m in modes}
     print(
-        f"\nSmolLM2-135M, 64 RTE examples, batch 8, {args.threads} thread(s), {args.repeats} rounds, "
+        f"\nSmolLM2-135M, {args.n} RTE examples, batch 8, {args.threads} thread(s), {args.repeats} rounds, "
         "modes alternating per batch in one process"
         + (", each chunk's rows built, saved and concatenated" if args.rows else "")
     )
