@@ -17,6 +17,7 @@ from anchorlens.runtime.shards import Progress
 from anchorlens.workflows import capture_run
 from anchorlens.workflows.capture_run import run_capture
 from tests.runtime.helpers import read_metrics, spawn
+from tests.runtime.synth import feed, make_items
 
 N, BATCH, CHUNK = 12, 2, 2
 
@@ -169,26 +170,56 @@ def test_foreign_directory_is_refused(tmp_path):
     assert (out / "notes.txt").read_text() == "mine"
 
 
-def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
-    from anchorlens.analyses import default_reducers, metrics_frame
-    from anchorlens.errors import DataError
-    from anchorlens.runtime.shards import chunk_indices, concat_shards, run_chunks
-    from tests.runtime.synth import feed, make_items
+class _SyntheticRun:
+    """A finished run of synthetic chunks (2 examples each) and the compute that records which examples it did."""
 
-    data = make_items(10, seed=5)
-    chunks = list(enumerate(chunk_indices(10, 2)))
-    computed: list[int] = []
+    def __init__(self, folder, n: int, seed: int) -> None:
+        from anchorlens.runtime.shards import chunk_indices, concat_shards, run_chunks
 
-    def compute(ids):
-        computed.extend(ids)
+        self.folder = folder
+        self.data = make_items(n, seed=seed)
+        self.chunks = list(enumerate(chunk_indices(n, 2)))
+        self.computed: list[int] = []
+        self.store = Progress(folder, "key-a")
+        self.store.start()
+        run_chunks(self.chunks, self.compute, self.store)
+        concat_shards(self.store, self.chunks, folder / "want.parquet")
+
+    def compute(self, ids):
+        """The chunk's metric frame, its examples recorded."""
+        from anchorlens.analyses import default_reducers, metrics_frame
+
+        self.computed.extend(ids)
         reducers = default_reducers()
-        feed(reducers, data, [list(ids)])
+        feed(reducers, self.data, [list(ids)])
         return metrics_frame(reducers)
 
-    store = Progress(tmp_path, "key-a")
-    store.start()
-    run_chunks(chunks, compute, store)
-    concat_shards(store, chunks, tmp_path / "want.parquet")
+    def rerun(self) -> list[int]:
+        """Run again; the examples computed this time."""
+        from anchorlens.runtime.shards import run_chunks
+
+        self.computed.clear()
+        run_chunks(self.chunks, self.compute, self.store)
+        return sorted(self.computed)
+
+    def assert_concat_equals_first(self) -> None:
+        """The concatenated shards equal the first run's, exactly."""
+        from anchorlens.runtime.shards import concat_shards
+
+        concat_shards(self.store, self.chunks, self.folder / "got.parquet")
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(self.folder / "got.parquet"),
+            pd.read_parquet(self.folder / "want.parquet"),
+            check_exact=True,
+        )
+
+
+def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
+    from anchorlens.errors import DataError
+    from anchorlens.runtime.shards import concat_shards, run_chunks
+
+    run = _SyntheticRun(tmp_path, 10, seed=5)
+    store, chunks = run.store, run.chunks
     st1, _ = store.paths(1)
     st1.write_bytes(st1.read_bytes()[:50])  # truncated rows
     store.paths(2)[1].write_text("{not json")  # garbage marker
@@ -196,64 +227,36 @@ def test_damaged_shards_are_recomputed_not_trusted(tmp_path):
     marker3.write_text(marker3.read_text().replace("6", "9"))  # edited example ids
     other = Progress(tmp_path / "other", "key-b")
     other.start()
-    run_chunks(chunks[4:], compute, other)
+    run_chunks(chunks[4:], run.compute, other)
     os.replace(other.paths(4)[0], store.paths(4)[0])  # rows of another run under a valid marker
     with pytest.raises(DataError, match=r"chunk\(s\) 1, 2, 3, 4 of this run are missing or damaged.*rerun"):
         concat_shards(store, chunks, tmp_path / "got.parquet")
-    computed.clear()
-    run_chunks(chunks, compute, store)
-    assert sorted(computed) == [2, 3, 4, 5, 6, 7, 8, 9]
-    concat_shards(store, chunks, tmp_path / "got.parquet")
-    pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "got.parquet"), pd.read_parquet(tmp_path / "want.parquet"), check_exact=True
-    )
-    computed.clear()
-    run_chunks(chunks, compute, store)
-    assert computed == []  # the recomputed chunks were saved again
+    assert run.rerun() == [2, 3, 4, 5, 6, 7, 8, 9]
+    run.assert_concat_equals_first()
+    assert run.rerun() == []  # the recomputed chunks were saved again
 
 
 def test_a_shard_damaged_under_an_intact_footer_is_set_aside_and_recomputed(tmp_path):
-    from anchorlens.analyses import default_reducers, metrics_frame
     from anchorlens.errors import DataError
-    from anchorlens.runtime.shards import chunk_indices, concat_shards, run_chunks
-    from tests.runtime.synth import feed, make_items
+    from anchorlens.runtime.shards import concat_shards
 
-    data = make_items(6, seed=7)
-    chunks = list(enumerate(chunk_indices(6, 2)))
-    computed: list[int] = []
-
-    def compute(ids):
-        computed.extend(ids)
-        reducers = default_reducers()
-        feed(reducers, data, [list(ids)])
-        return metrics_frame(reducers)
-
-    store = Progress(tmp_path, "key-a")
-    store.start()
-    run_chunks(chunks, compute, store)
-    concat_shards(store, chunks, tmp_path / "want.parquet")
-    shard = store.paths(1)[0]
+    run = _SyntheticRun(tmp_path, 6, seed=7)
+    shard = run.store.paths(1)[0]
     body = bytearray(shard.read_bytes())
     middle = len(body) // 2
     body[middle - 64 : middle + 64] = bytes(128)  # compressed rows zeroed, footer untouched
     shard.write_bytes(bytes(body))
-    assert store.done(1, chunks[1][1])  # the footer alone cannot tell
+    assert run.store.done(1, run.chunks[1][1])  # the footer alone cannot tell
     with pytest.raises(DataError, match=r"rows of chunk 1 are damaged.*rerun the same command"):
-        concat_shards(store, chunks, tmp_path / "got.parquet")
+        concat_shards(run.store, run.chunks, tmp_path / "got.parquet")
     assert not (tmp_path / "got.parquet").exists()
-    computed.clear()
-    run_chunks(chunks, compute, store)
-    assert computed == list(chunks[1][1])  # only the damaged chunk again
-    concat_shards(store, chunks, tmp_path / "got.parquet")
-    pd.testing.assert_frame_equal(
-        pd.read_parquet(tmp_path / "got.parquet"), pd.read_parquet(tmp_path / "want.parquet"), check_exact=True
-    )
+    assert run.rerun() == list(run.chunks[1][1])  # only the damaged chunk again
+    run.assert_concat_equals_first()
 
 
 def test_a_shard_written_from_rows_equals_one_written_from_the_frame(tmp_path):
     from anchorlens.analyses import default_reducers, metrics_rows
     from anchorlens.analyses.rows import Rows
-    from tests.runtime.synth import feed, make_items
 
     reducers = default_reducers()
     feed(reducers, make_items(6, seed=3), [[0, 1, 2], [3, 4, 5]])
