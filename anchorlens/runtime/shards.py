@@ -261,10 +261,11 @@ def _arrow_pool() -> Any:
     return pa.system_memory_pool()
 
 
-def parquet_options(schema: Any) -> dict[str, Any]:
+def _parquet_options(schema: Any) -> dict[str, Any]:
     """How ``metrics.parquet`` is encoded: zstd, dictionaries and min/max statistics for every column but the
     float ``value`` (unique per row: its dictionary overflows and its statistics serve no filter), no Arrow
-    schema (readers get plain strings). A third cheaper to write than pyarrow's defaults, the same columns read."""
+    schema (readers get plain strings). About a third cheaper to write than pyarrow's defaults; the same
+    columns read back."""
     keys = [name for name in schema.names if name != "value"]
     return {
         "compression": "zstd",
@@ -295,7 +296,7 @@ def concat_shards(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]
             for chunk, _ids in chunks:
                 table = _read_whole(progress, chunk)
                 if writer is None:
-                    writer = pq.ParquetWriter(path, table.schema, **parquet_options(table.schema))
+                    writer = pq.ParquetWriter(path, table.schema, **_parquet_options(table.schema))
                 writer.write_table(table)
                 total += table.num_rows
         finally:
