@@ -3,7 +3,7 @@ same batches, alternating batch by batch in one process, so that the slow drift 
 
 ``bench_peers.py`` runs every mode in its own process (and so also measures peak memory), but on a shared
 machine the speed of identical runs drifts by ±10% between processes, as large as the differences it
-measures. Here the three modes take turns on every batch (the order rotating from batch to batch, so no
+measures. Here the modes take turns on every batch (the order rotating from batch to batch, so no
 mode always runs first after another; fast capture is one stream per round, flushed at its end) over
 ``--repeats`` rounds of the first ``--n`` (64) real RTE training examples (batch 8, SmolLM2-135M); every mode computes
 per-layer/head first-token mass and row entropy. Reported: the CPU time of each mode summed over all
@@ -60,7 +60,9 @@ def main() -> None:
     parser.add_argument("--extra", default="", help="reducer names to add to the defaults, each as its own mode")
     parser.add_argument("--rows", action="store_true", help="also build, save and concatenate each chunk's rows")
     parser.add_argument("--n", type=int, default=64, help="RTE training examples per round")
-    parser.add_argument("--nnsight", action="store_true", help="add nnsight's trace (when importable) as a mode")
+    parser.add_argument(
+        "--nnsight", action="store_true", help="add nnsight's trace as a mode (nnsight must be importable)"
+    )
     args, _ = parser.parse_known_args()
     torch.set_num_threads(args.threads)
     from anchorlens.analyses import default_reducers, metrics_rows

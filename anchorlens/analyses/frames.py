@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.keys import mixed_radix
+from anchorlens.analyses.keys import first_rows, mixed_radix
 from anchorlens.roles.kinds import INPUT_ROLES, Role
 from anchorlens.roles.table import GUIDANCE_NAMES
 
@@ -168,9 +168,7 @@ def average_heads(df: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in df.columns if c not in ("head", "value", "count")]
     code = mixed_radix((_column_codes(df[c]) for c in keys), len(df))
     inverse, uniq = pd.factorize(code)  # hash-based grouping: no sort of the rows
-    first = np.empty(len(uniq), dtype=np.int64)
-    first[inverse] = np.arange(len(code))  # any row of a group carries its keys
-    out = df.iloc[first][keys].reset_index(drop=True)
+    out = df.iloc[first_rows(inverse, len(uniq))][keys].reset_index(drop=True)
     n_groups = len(uniq)
     for col in ("value", "count"):
         if col not in df.columns:

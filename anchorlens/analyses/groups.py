@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.keys import mixed_radix
+from anchorlens.analyses.keys import first_rows, mixed_radix
 from anchorlens.analyses.rows import NO_HEAD, Labels, Rows
 
 
@@ -62,9 +62,7 @@ class Groups:
         """Group by one int64 key per row [n]; groups in ascending key order."""
         codes, uniques = pd.factorize(key, sort=True)  # hash, then sort only the distinct keys
         codes = np.asarray(codes, dtype=np.int64)
-        first = np.empty(len(uniques), dtype=np.int64)
-        first[codes[::-1]] = np.arange(len(key) - 1, -1, -1, dtype=np.int64)  # the last write is a group's first row
-        return cls(codes, first)
+        return cls(codes, first_rows(codes, len(uniques)))
 
     def __len__(self) -> int:
         return len(self.first)

@@ -33,3 +33,10 @@ def mixed_radix(parts: Iterable[tuple[np.ndarray, int]], n: int) -> np.ndarray:
             code = dense_rank(code)
         code = code * size + np.asarray(codes, dtype=np.int64)
     return code
+
+
+def first_rows(groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """[G] int64: the first row of each group, from each row's group number [n] (every group 0..G-1 present)."""
+    first = np.empty(n_groups, dtype=np.int64)
+    first[groups[::-1]] = np.arange(len(groups) - 1, -1, -1, dtype=np.int64)  # the last write is a group's first row
+    return first

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from anchorlens.analyses.keys import mixed_radix
+from anchorlens.analyses.keys import first_rows, mixed_radix
 
 RECORD = np.dtype([("cell", "<i8"), ("example", "<i8"), ("value", "<f8")])
 BUDGET = 1 << 18  # cell x example values of one block (2 MiB of float64; the statistics hold a few such matrices)
@@ -59,8 +59,7 @@ class CellIndex:
             columns.append((np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)))
         code = mixed_radix(((codes, len(uniques)) for codes, uniques in columns), len(frame))
         inverse, distinct = pd.factorize(code)
-        first = np.empty(len(distinct), dtype=np.int64)
-        first[inverse[::-1]] = np.arange(len(code) - 1, -1, -1)  # a row of each distinct cell
+        first = first_rows(inverse, len(distinct))  # a row of each distinct cell
         lookup = np.empty(len(distinct), dtype=np.int64)
         keys = zip(*(uniques[codes[first]] for codes, uniques in columns))
         for i, key in enumerate(keys):

@@ -42,3 +42,10 @@ def test_no_rows_and_no_columns_give_empty_or_zero_keys():
 
 def test_dense_rank_keeps_order():
     np.testing.assert_array_equal(dense_rank(np.array([40, -3, 40, 7])), [2, 0, 2, 1])
+
+
+def test_first_rows_are_each_groups_earliest_row():
+    from anchorlens.analyses.keys import first_rows
+
+    groups = np.array([2, 0, 2, 1, 0, 1, 2])
+    np.testing.assert_array_equal(first_rows(groups, 3), [1, 3, 0])
