@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.roles.kinds import ROLE_NAMES
+from anchorlens.tensorfile import save_tensors
 
 
 def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path, Path]:
@@ -37,7 +38,7 @@ def save_maps(maps: Mapping[str, AttentionMaps], stem: str | Path) -> tuple[Path
             }
         meta[str(i)] = entry
     st, js = stem.with_suffix(".safetensors"), stem.with_suffix(".json")
-    save_file(tensors, str(st))
+    save_tensors(tensors, st)
     js.write_text(json.dumps(meta))
     return st, js
 

@@ -14,13 +14,11 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from safetensors.torch import save_file
-
 from anchorlens.atomic import atomic_dir
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.config import MethodConfig
 from anchorlens.models.base import fingerprint_hash
-from anchorlens.tensorfile import check_float_tensors, load_tensors
+from anchorlens.tensorfile import check_float_tensors, load_tensors, save_tensors
 
 FORMAT_VERSION = 1
 META_FILE = "anchorlens.json"
@@ -168,8 +166,8 @@ def save_checkpoint(
     text = json.dumps(meta, indent=2, sort_keys=False) + "\n"  # fails before writing if a value is not JSON-able
     tensors = guided.guidance_state_dict()
     with atomic_dir(out, replace=overwrite) as tmp:
-        save_file(
-            tensors, str(tmp / TENSOR_FILE), metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)}
+        save_tensors(
+            tensors, tmp / TENSOR_FILE, metadata={"format": "anchorlens", "format_version": str(FORMAT_VERSION)}
         )
         (tmp / META_FILE).write_text(text)
     return out

@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from anchorlens.atomic import atomic_dir, write_json
 from anchorlens.methods.checkpoints import load_checkpoint, save_checkpoint
 from anchorlens.rundir import CHECKPOINTS
-from anchorlens.tensorfile import load_tensors
+from anchorlens.tensorfile import load_tensors, save_tensors
 
 STATE_TENSORS = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
@@ -53,9 +52,9 @@ def write_step(
     final = step_dir(out, step)
     with atomic_dir(final, replace=True) as tmp:
         _checkpoint_into(tmp, guided, meta)
-        save_file(
+        save_tensors(
             {k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-            str(tmp / STATE_TENSORS),
+            tmp / STATE_TENSORS,
             metadata={"format": "anchorlens-trainer"},
         )
         write_json(tmp / STATE_JSON, facts)
