@@ -128,10 +128,12 @@ def test_two_compares_into_one_out_exactly_one_wins(tmp_path):
 
 FULL_DISK = textwrap.dedent("""
     import resource, signal, sys
+    sys.dont_write_bytecode = True  # a .pyc cut at the size limit would break every later import of its module
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     from anchorlens.cli import app
     import anchorlens.models.loading, anchorlens.workflows.compare, anchorlens.reports.comparison  # before the limit
-    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))  # like `ulimit -f 20`
+    limit = int(sys.argv[2])
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # like `ulimit -f`: files stop growing at the limit
     sys.argv = ["anchorlens", "compare", "--ckpt", "base", "--ckpt", "instance", "--base", "tiny-llama", "--n", "2",
                 "--out", sys.argv[1]]
     app()
@@ -139,10 +141,15 @@ FULL_DISK = textwrap.dedent("""
 
 
 @pytest.mark.slow
-def test_full_disk_while_writing_a_report_is_one_line_and_leaves_nothing(tmp_path):
+@pytest.mark.parametrize(
+    ("limit", "failing"),
+    [(20_000, "shard-00001.arrow"), (80_000, "")],  # the second checkpoint's chunk; the report's files in OUT
+    ids=["while-saving-a-chunk", "while-writing-the-report"],
+)
+def test_full_disk_is_one_line_keeps_the_saved_chunks_and_the_rerun_finishes(tmp_path, limit, failing):
     out = tmp_path / "R"
     proc = subprocess.run(
-        [sys.executable, "-c", FULL_DISK, str(out)],
+        [sys.executable, "-c", FULL_DISK, str(out), str(limit)],
         cwd=REPO,
         env=child_env(),
         capture_output=True,
@@ -152,10 +159,19 @@ def test_full_disk_while_writing_a_report_is_one_line_and_leaves_nothing(tmp_pat
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    # the first file past the limit is compare's metrics spill (a scratch folder) or the report in OUT
-    assert errors[0].startswith("error: cannot ") and errors[0].endswith("File too large"), errors[0]
-    assert str(out) in errors[0] or "anchorlens-compare-" in errors[0], errors[0]
-    assert list(tmp_path.iterdir()) == []  # no half-written R, no temp folder, no lock
+    assert errors[0].startswith(f"error: cannot write {out}") and errors[0].endswith("File too large"), errors[0]
+    assert failing in errors[0]
+    # nothing half-written: OUT is an unfinished compare run holding whole, committed chunks, no temp, no lock
+    assert [p.name for p in tmp_path.iterdir()] == ["R"] and leftovers(tmp_path) == []
+    assert not (out / "manifest.json").exists() and not (out / "metrics.parquet").exists()
+    saved = sorted(p.stem for p in (out / ".progress").glob("shard-*.json"))
+    assert saved and saved == sorted(p.stem for p in (out / ".progress").glob("shard-*.arrow"))
+    if failing:
+        assert saved == ["shard-00000"]  # the first chunk is kept; the second was never committed
+    rerun = cli("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--out", str(out))
+    assert rerun.exit_code == 0, rerun.output
+    assert (out / "manifest.json").is_file() and not (out / ".progress").exists()
+    assert pd.read_parquet(out / "metrics.parquet")["example"].nunique() == 2
 
 
 @pytest.fixture(scope="module")

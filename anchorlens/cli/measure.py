@@ -202,7 +202,7 @@ def _compare(
                 certificate=exactness.certify(),
                 evidence=evidence,
                 scratch_dir=None if claim is None else claim.path.parent,  # the run's own disk, not /tmp
-                rank_dir=claim if claim is not None else out,
+                shard_dir=claim if claim is not None else out,  # a rerun resumes
                 chunk_size=chunk_size,
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),

@@ -119,7 +119,7 @@ def compare(
     chunk_size: int = 32,
     evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
     scratch_dir: str | Path | None = None,
-    rank_dir: str | Path | OutClaim | None = None,
+    shard_dir: str | Path | OutClaim | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -133,8 +133,9 @@ def compare(
     ``evidence`` (evidence.csv: weight vs norm mass, sink rates, massive activations) is filled; never in ``paired``.
     ``scratch_dir``: where the per-example spill lives while the statistics run (about 24 bytes × paired cells ×
     examples × checkpoints; default the system's temp dir).
-    ``rank_dir``: under torchrun, where each rank writes its chunks (the run's --out, or rank 0's claim on it;
-    :mod:`~anchorlens.workflows.compare_ranks`); only rank 0's result holds the statistics.
+    ``shard_dir``: where each chunk's rows are saved as it finishes (the run's --out, or a claim on it;
+    :mod:`~anchorlens.workflows.compare_ranks`), so the same call after a kill computes only the unsaved chunks;
+    required under torchrun, where each rank saves its own and only rank 0's result holds the statistics.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -178,7 +179,7 @@ def compare(
         evidence_anchors=evidence_anchors if extra else None,
         scratch_dir=scratch_dir,
     )
-    ranks = open_ranks(rank_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
+    ranks = open_ranks(shard_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
                        chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
     maps, params = {}, {}
     clock = time.perf_counter()

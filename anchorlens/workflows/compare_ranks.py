@@ -1,4 +1,4 @@
-"""``compare`` under torchrun / accelerate launch: every rank writes its own chunk files, rank 0 streams them.
+"""``compare``'s chunk files in --out: every rank (one, or many under torchrun) writes its own, rank 0 streams them.
 
 The examples are cut into the same chunks as in one process (:func:`~anchorlens.runtime.shards.chunk_indices`).
 For each checkpoint, each rank computes its share of the chunks (strided, :func:`~anchorlens.runtime.distributed.
@@ -187,13 +187,15 @@ def open_ranks(
     max_length: int | None,
     dtype: str | None,
 ) -> RankRun | None:
-    """The distributed compare's shard store in ``where`` (the run's --out; rank 0 passes its claim on it), or None
-    in one process. Ranks holding different arguments or --out are refused in one line on every rank."""
-    if not distributed():
+    """Compare's shard store in ``where`` (the run's --out; rank 0 passes its claim on it), or None when ``where`` is
+    None in one process (chunks go straight to the statistics, nothing resumes). With a store, one process saves its
+    chunks as a rank of one does, so a killed run rerun with the same arguments computes only the unsaved chunks.
+    Ranks holding different arguments or --out are refused in one line on every rank."""
+    if where is None and not distributed():
         return None
     if where is None:
         raise UsageError(
-            "compare under torchrun needs a folder every rank can write its chunks to: pass rank_dir= (the CLI "
+            "compare under torchrun needs a folder every rank can write its chunks to: pass shard_dir= (the CLI "
             "passes --out)"
         )
     claim: OutClaim | None = None

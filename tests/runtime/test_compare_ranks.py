@@ -1,6 +1,7 @@
 """``compare`` under torchrun (2 processes; 2 "nodes" x 2 processes) writes per-rank chunk shards and equals one
 process exactly (metrics.parquet row for row, paired/headline/task_effects csv byte for byte); kill -9 of one rank,
-then the same command again, computes only the shards no rank committed."""
+or of the one process, then the same command again, computes only the shards not committed; the one-process CLI run
+(through shards) equals the Python API's in-memory chunks."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pandas as pd
 import psutil
 import pytest
 
+from anchorlens.workflows.compare import compare, read_metrics
 from anchorlens.workflows.compare_ranks import effect_span
-from tests.runtime.helpers import REPO, child_env, free_port, spawn_world, wait_all
+from tests.runtime.helpers import REPO, child_env, free_port, spawn, spawn_world, wait_all
 from tests.runtime.test_multinode import _two_nodes, _workers
 
 N, CHUNK, BATCH = 10, 3, 2  # uneven: 4 chunks of 3, 3, 3, 1 examples; effect ranges of 4 (whole batches)
@@ -83,7 +85,7 @@ import os, sys
 from anchorlens.runtime import shards
 save = shards.Progress.save
 def logged(self, chunk, ids, frame):
-    with open(os.path.join({log!r}, "rank" + os.environ["RANK"]), "a") as fh:
+    with open(os.path.join({log!r}, "rank" + os.environ.get("RANK", "0")), "a") as fh:
         fh.write(f"{{chunk}}\\n")
     return save(self, chunk, ids, frame)
 shards.Progress.save = logged
@@ -119,3 +121,48 @@ def test_kill_9_of_one_rank_then_rerun_resumes_at_chunk_granularity(tmp_path):
     computed = [int(x) for p in log.iterdir() for x in p.read_text().split()]
     assert sorted(computed) == sorted(set(range(total)) - committed)  # only the shards no rank committed
     _assert_same(out, _one_process(tmp_path / "one", n=n, chunk=chunk, batch=batch))
+
+
+KILLED_AFTER = """
+import os, signal, sys
+from anchorlens.runtime import shards
+save = shards.Progress.save
+def save_then_die(self, chunk, ids, frame):
+    saved = save(self, chunk, ids, frame)
+    if chunk == {last}:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return saved
+shards.Progress.save = save_then_die
+from anchorlens.cli import main
+sys.argv = ["anchorlens", *{args!r}]
+main()
+"""
+
+
+def _committed(out: Path) -> set[int]:
+    return {int(json.loads(p.read_text())["chunk"]) for p in (out / ".progress").glob("shard-*.json")}
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_process_then_rerun_computes_only_the_unsaved_chunks(tmp_path, reference):
+    out = tmp_path / "killed"
+    killed = spawn(KILLED_AFTER.format(last=2, args=_compare_args(out)))
+    killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL
+    assert _committed(out) == {0, 1, 2} and not (out / "manifest.json").exists()
+    log = tmp_path / "log"
+    log.mkdir()
+    rerun = spawn(LOGGED.format(log=str(log), args=_compare_args(out)))
+    text = rerun.communicate(timeout=600)[0]
+    assert rerun.returncode == 0, text[-3000:]
+    total = 2 * 4 + 3  # 4 chunks per checkpoint, then 3 task-effect ranges (4, 4 and 2 examples)
+    assert [int(x) for x in (log / "rank0").read_text().split()] == list(range(3, total))
+    _assert_same(out, reference)
+
+
+@pytest.mark.slow
+def test_one_process_through_shards_equals_the_in_memory_chunks(reference):
+    direct = compare(["base", "instance"], base="tiny-llama", n=N, chunk_size=CHUNK, batch_size=BATCH, n_boot=20)
+    pd.testing.assert_frame_equal(direct.metrics, read_metrics(reference / "metrics.parquet"))
+    effects = pd.read_parquet(reference / "effects.parquet")
+    pd.testing.assert_frame_equal(direct.effect_rows.reset_index(drop=True), effects[list(direct.effect_rows.columns)])
