@@ -2,7 +2,7 @@
 
 The examples are cut into the same chunks as in one process (:func:`~anchorlens.runtime.shards.chunk_indices`).
 For each checkpoint, each rank computes its share of the chunks (strided, :func:`~anchorlens.runtime.distributed.
-shard`) exactly as one process does (:func:`~anchorlens.workflows.statistics.chunk_statistics`: fresh reducers per
+shard`) exactly as one process does (:func:`~anchorlens.workflows.statistics.chunk_rows`: fresh reducers per
 chunk, the same batches) and saves each chunk's metric rows as a shard of the capture command's progress store
 (:class:`~anchorlens.runtime.shards.Progress`, ``OUT/.progress/shard-XXXXX.arrow`` + its ``.json`` commit marker).
 After a barrier, rank 0 reads the shards back one at a time, in chunk order, and hands them to compare's
@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from anchorlens.analyses.frames import conform
+from anchorlens.analyses.rows import Rows
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import EFFECT_COLUMNS, TEXT_BATCH, example_effects
@@ -44,7 +45,7 @@ from anchorlens.tasks import Task
 from anchorlens.tasks.prompts import Prompts
 from anchorlens.workflows.capture_run import prepare_out, run_identity
 from anchorlens.workflows.inputs import Inputs
-from anchorlens.workflows.statistics import chunk_statistics, model_reducers
+from anchorlens.workflows.statistics import chunk_rows, model_reducers
 
 Chunks = list[tuple[int, list[int]]]
 
@@ -122,8 +123,8 @@ class RankRun:
         read back from disk) on rank 0 only."""
         shards = self._numbered(index * len(self.chunks), self.chunks)
 
-        def compute(ids: Sequence[int]) -> pd.DataFrame:
-            return chunk_statistics(
+        def compute(ids: Sequence[int]) -> Rows:
+            return chunk_rows(
                 model, rows, ids, prompts, selection=selection, batch_size=self.batch_size, max_length=max_length,
                 progress=bar, evidence=evidence,
             )  # fmt: skip

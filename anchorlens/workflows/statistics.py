@@ -8,7 +8,8 @@ from contextlib import nullcontext
 import pandas as pd
 
 from anchorlens import runtime as rt
-from anchorlens.analyses import default_reducers, metrics_frame
+from anchorlens.analyses import default_reducers, metrics_frame, metrics_rows
+from anchorlens.analyses.rows import Rows
 from anchorlens.capture.certificate import CertifyOptions, certify, require_exact
 from anchorlens.capture.collect import encode_batches, stream_statistics
 from anchorlens.capture.reducer import Reducer
@@ -66,6 +67,30 @@ def _batches(model, rows: Sequence, ids: Sequence[int], prompts: Prompts, batch_
     )
 
 
+def chunk_rows(
+    model,
+    rows: Sequence,
+    ids: Sequence[int],
+    prompts: Prompts,
+    *,
+    selection: Selection = Selection(),
+    batch_size: int = 8,
+    max_length: int | None = None,
+    anchors: Sequence[str] | None = None,
+    progress=None,
+    evidence: Mapping[str, Mapping] | None = None,
+) -> Rows:
+    """Per-example metric rows of the examples ``rows[ids]`` as integer-coded :class:`~anchorlens.analyses.rows.Rows`
+    (one chunk of a run: fresh reducers, so memory holds this chunk only; a shard is written from them without a
+    frame); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``; ``evidence``: the opt-in evidence reducers to
+    add (name -> options)."""
+    anchors = tuple(anchors or model.anchors())
+    reducers = model_reducers(model, prompts.roles, evidence)
+    batches = _batches(model, rows, ids, prompts, batch_size, max_length)
+    stream_statistics(model, batches, reducers, selection, progress=progress)
+    return metrics_rows(reducers, anchors=anchors)
+
+
 def chunk_statistics(
     model,
     rows: Sequence,
@@ -79,14 +104,11 @@ def chunk_statistics(
     progress=None,
     evidence: Mapping[str, Mapping] | None = None,
 ) -> pd.DataFrame:
-    """Per-example metric rows of the examples ``rows[ids]`` (one chunk of a run: fresh reducers, so memory holds
-    this chunk only); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``; ``evidence``: the opt-in evidence
-    reducers to add (name -> options)."""
-    anchors = tuple(anchors or model.anchors())
-    reducers = model_reducers(model, prompts.roles, evidence)
-    batches = _batches(model, rows, ids, prompts, batch_size, max_length)
-    stream_statistics(model, batches, reducers, selection, progress=progress)
-    return metrics_frame(reducers, anchors=anchors)
+    """:func:`chunk_rows` as the tidy metric frame."""
+    return chunk_rows(
+        model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, anchors=anchors,
+        progress=progress, evidence=evidence,
+    ).frame()  # fmt: skip
 
 
 def certify_capture(
