@@ -31,7 +31,7 @@ from anchorlens.workflows.compare_ranks import effect_span, open_ranks
 from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
-from anchorlens.workflows.statistics import certify_capture, chunk_statistics
+from anchorlens.workflows.statistics import certify_capture, chunk_rows
 
 
 @dataclass
@@ -257,13 +257,13 @@ def compare(
 
 
 def _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):
-    """Each chunk's metric rows of ``model`` in one process (memory holds one chunk; under torchrun
-    :meth:`~anchorlens.workflows.compare_ranks.RankRun.frames` gives the same chunks)."""
+    """Each chunk's metric rows of ``model``, kept nowhere (memory holds one chunk; with a ``shard_dir``,
+    :meth:`~anchorlens.workflows.compare_ranks.RankRun.frames` gives the same chunks, saved)."""
     for ids in chunk_indices(len(rows), chunk_size):
-        yield chunk_statistics(
+        yield chunk_rows(
             model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
             evidence=evidence,
-        )  # fmt: skip
+        ).frame()  # fmt: skip
 
 
 def validate_positions(model, rows: Sequence[dict], prompts: PromptRenderer, batch_size: int) -> None:

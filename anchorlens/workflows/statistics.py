@@ -91,26 +91,6 @@ def chunk_rows(
     return metrics_rows(reducers, anchors=anchors)
 
 
-def chunk_statistics(
-    model,
-    rows: Sequence,
-    ids: Sequence[int],
-    prompts: Prompts,
-    *,
-    selection: Selection = Selection(),
-    batch_size: int = 8,
-    max_length: int | None = None,
-    anchors: Sequence[str] | None = None,
-    progress=None,
-    evidence: Mapping[str, Mapping] | None = None,
-) -> pd.DataFrame:
-    """:func:`chunk_rows` as the tidy metric frame."""
-    return chunk_rows(
-        model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, anchors=anchors,
-        progress=progress, evidence=evidence,
-    ).frame()  # fmt: skip
-
-
 def certify_capture(
     model,
     rows: Sequence,
