@@ -173,57 +173,57 @@ def compare(
     evidence_anchors = {name: [a for a in models[name].anchors() if a != "first_token"] for name in names}
     anchors = dict.fromkeys(a for own in evidence_anchors.values() for a in own)  # every checkpoint's, in order
     added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
-    summaries = Summaries(
+    with Summaries(
         len(rows),
         added + tuple(m for a in anchors for m in anchor_metrics(a)),
         evidence_anchors=evidence_anchors if extra else None,
         scratch_dir=scratch_dir,
-    )
-    ranks = open_ranks(shard_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
-                       chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
-    maps, params = {}, {}
-    clock = time.perf_counter()
-    for index, (name, model) in enumerate(models.items()):
-        with stage(f"capture {name}", len(rows), enabled=progress) as bar:
-            frames = (
-                ranks.frames(
-                    index, model, rows, prompts, selection=selection, max_length=max_length, evidence=extra, bar=bar
-                )  # fmt: skip
-                if ranks is not None
-                else _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra)
+    ) as summaries:  # on any error its metrics writer is dropped, never left to fail again at exit
+        ranks = open_ranks(shard_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
+                           chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
+        maps, params = {}, {}
+        clock = time.perf_counter()
+        for index, (name, model) in enumerate(models.items()):
+            with stage(f"capture {name}", len(rows), enabled=progress) as bar:
+                frames = (
+                    ranks.frames(
+                        index, model, rows, prompts, selection=selection, max_length=max_length, evidence=extra, bar=bar
+                    )  # fmt: skip
+                    if ranks is not None
+                    else _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra)
+                )
+                for df in frames:
+                    summaries.add(name, df)
+                    bar.update(0, rows=summaries.writer.rows)
+                    del df
+                    release_free_memory()  # the chunk's frame and arrays: pages back to the OS, not a growing heap
+            one = [rows[map_example]]
+            batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
+            maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
+            params[name] = int(getattr(model, "num_trainable", lambda: 0)())
+        seconds = {"capture": time.perf_counter() - clock}
+        clock = time.perf_counter()
+        effect_rows = (
+            ranks.effects(models, rows, inputs.task, prompts, max_length=max_length)
+            if ranks is not None
+            else example_effects(
+                models,
+                rows,
+                inputs.task,
+                prompts,
+                batch_size=batch_size,
+                max_length=max_length,
+                window=effect_span(batch_size, chunk_size),  # the ranks' shards: the same batches either way
             )
-            for df in frames:
-                summaries.add(name, df)
-                bar.update(0, rows=summaries.writer.rows)
-                del df
-                release_free_memory()  # the chunk's frame and arrays: pages back to the OS, not a growing heap
-        one = [rows[map_example]]
-        batch = encode_batches(model, one, prompts, batch_size=1, example_ids=[map_example], max_length=max_length)
-        maps[name] = collect_maps(model, batch, selection, max_examples=1)[0]
-        params[name] = int(getattr(model, "num_trainable", lambda: 0)())
-    seconds = {"capture": time.perf_counter() - clock}
-    clock = time.perf_counter()
-    effect_rows = (
-        ranks.effects(models, rows, inputs.task, prompts, max_length=max_length)
-        if ranks is not None
-        else example_effects(
-            models,
-            rows,
-            inputs.task,
-            prompts,
-            batch_size=batch_size,
-            max_length=max_length,
-            window=effect_span(batch_size, chunk_size),  # the ranks' shards: the same batches either way
         )
-    )
-    if ranks is not None and ranks.rank != 0:  # rank 0 holds every example's rows and computes the statistics
-        return Comparison(names, inputs, headline=pd.DataFrame(), paired=pd.DataFrame(), maps=maps)
-    seconds["task_effects"] = time.perf_counter() - clock
-    clock = time.perf_counter()
-    effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
-    release_free_memory()  # each phase's freed arrays back to the OS before the next one allocates its own
-    statistics = summaries.result(names, n_boot)
-    seconds["statistics"] = time.perf_counter() - clock
+        if ranks is not None and ranks.rank != 0:  # rank 0 holds every example's rows and computes the statistics
+            return Comparison(names, inputs, headline=pd.DataFrame(), paired=pd.DataFrame(), maps=maps)
+        seconds["task_effects"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
+        release_free_memory()  # each phase's freed arrays back to the OS before the next one allocates its own
+        statistics = summaries.result(names, n_boot)
+        seconds["statistics"] = time.perf_counter() - clock
     facts = {
         "base": shared.spec,
         "base_fingerprint": shared.fingerprint(),

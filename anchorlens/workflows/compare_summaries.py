@@ -173,6 +173,15 @@ class Summaries:
         self.headline = HeadlineRows(headline)
         self.figures = FigureSummaries(folder, n_examples)
 
+    def __enter__(self) -> Summaries:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        """On an error anywhere in the run (a chunk's shard on a full disk, an interrupt), drop the metrics writer: its
+        buffered rows would otherwise be flushed when it is collected at exit, fail again and print a traceback."""
+        if kind is not None:
+            self.writer.abandon()
+
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's metric rows of one chunk of examples in (and append them to metrics.parquet)."""
         try:
