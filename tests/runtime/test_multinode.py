@@ -90,13 +90,16 @@ def test_two_nodes_of_two_processes_equal_one_process(tmp_path):
 
 
 def _workers(agents: list[subprocess.Popen]) -> list[psutil.Process]:
-    """The rank processes the agents started."""
-    return [
-        c
-        for a in agents
-        for c in psutil.Process(a.pid).children(recursive=True)
-        if "anchorlens" in " ".join(c.cmdline())
-    ]
+    """The rank processes the agents started (a short-lived helper that has exited, a zombie, is not one)."""
+    return [c for a in agents for c in psutil.Process(a.pid).children(recursive=True) if "anchorlens" in _cmdline(c)]
+
+
+def _cmdline(process: psutil.Process) -> str:
+    """The process's command line, or "" once it has exited (gone, or a zombie not yet reaped)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # ZombieProcess is a NoSuchProcess
+        return ""
 
 
 @pytest.mark.slow
