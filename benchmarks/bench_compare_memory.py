@@ -70,12 +70,12 @@ def child(path: str, n: int, seed_file: Path) -> dict:
     metrics = HEADLINE + anchor_metrics("instance")
     t0 = time.perf_counter()
     if path == "streaming":
-        summaries = Summaries(n, metrics)
-        for name in names:
-            for part in chunks(seed, name, n):
-                summaries.add(name, part)
-        t1 = time.perf_counter()
-        result = summaries.result(names, N_BOOT)
+        with Summaries(n, metrics) as summaries:
+            for name in names:
+                for part in chunks(seed, name, n):
+                    summaries.add(name, part)
+            t1 = time.perf_counter()
+            result = summaries.result(names, N_BOOT)
         cells = len(result["paired"])
     else:
         frames = {name: concat_frames(chunks(seed, name, n)) for name in names}

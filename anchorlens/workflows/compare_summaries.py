@@ -148,7 +148,8 @@ class FigureSummaries:
 
 
 class Summaries:
-    """Everything ``compare`` reports, gathered chunk by chunk (see the module docstring)."""
+    """Everything ``compare`` reports, gathered chunk by chunk (see the module docstring); used as a context manager,
+    so an error anywhere drops the open metrics writer."""
 
     def __init__(
         self,
@@ -184,18 +185,14 @@ class Summaries:
 
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's metric rows of one chunk of examples in (and append them to metrics.parquet)."""
-        try:
-            self.writer.write(df, checkpoint)
-            keep = df[df["metric"].isin(PAIRED_METRICS)]
-            self.per_head.add(checkpoint, keep)
-            self.layer_means.add(checkpoint, average_heads(keep))
-            self.headline.add(checkpoint, df)
-            self.figures.add(checkpoint, df)
-            if self.evidence is not None:
-                self.evidence.add(checkpoint, df)
-        except BaseException:
-            self.writer.abandon()  # no open writer left to fail again when collected
-            raise
+        self.writer.write(df, checkpoint)
+        keep = df[df["metric"].isin(PAIRED_METRICS)]
+        self.per_head.add(checkpoint, keep)
+        self.layer_means.add(checkpoint, average_heads(keep))
+        self.headline.add(checkpoint, df)
+        self.figures.add(checkpoint, df)
+        if self.evidence is not None:
+            self.evidence.add(checkpoint, df)
 
     def result(self, names: Sequence[str], n_boot: int) -> dict:
         """headline, paired, means, curves, metrics_file, scratch and evidence: the fields of a Comparison."""
