@@ -90,8 +90,16 @@ def test_two_nodes_of_two_processes_equal_one_process(tmp_path):
 
 
 def _workers(agents: list[subprocess.Popen]) -> list[psutil.Process]:
-    """The rank processes the agents started (a short-lived helper that has exited, a zombie, is not one)."""
-    return [c for a in agents for c in psutil.Process(a.pid).children(recursive=True) if "anchorlens" in _cmdline(c)]
+    """The rank processes the agents started: their direct children running anchorlens itself.
+
+    An agent forks short-lived helpers whose command line is still the agent's own (``torch.distributed.run ...
+    -m anchorlens``), and a helper that has exited is a zombie with no command line: neither is a rank."""
+    return [c for a in agents for c in psutil.Process(a.pid).children() if _is_rank(_cmdline(c))]
+
+
+def _is_rank(cmdline: str) -> bool:
+    """Whether a command line is a rank's (``python -u -m anchorlens ...``), not the agent's or a helper's."""
+    return "-m anchorlens" in cmdline and "torch.distributed.run" not in cmdline
 
 
 def _cmdline(process: psutil.Process) -> str:
@@ -164,3 +172,10 @@ def test_a_missing_ranks_shards_at_merge_give_one_line(tmp_path):
         concat_shards(store, chunks, tmp_path / "metrics.parquet")
     line = str(err.value)
     assert "\n" not in line and "chunk(s) 1, 2" in line and "rerun the same command" in line
+
+
+def test_only_a_rank_command_line_counts_as_a_rank():
+    agent = f"{sys.executable} -m torch.distributed.run --nnodes 2 -m anchorlens capture --out x"
+    assert _is_rank(f"{sys.executable} -u -m anchorlens capture --out x")
+    assert not _is_rank(agent)  # a helper the agent forks keeps the agent's command line
+    assert not _is_rank("")  # an exited helper (zombie)
