@@ -386,16 +386,12 @@ def load_examples(
     count = available if limit is None else min(limit, available)
     last = count if positions is None else int(positions[count - 1]) + 1
     _check_table(flat.slice(0, last), task, where, require_labels, columns)
-    parts = [_content_digest(source, facts), json.dumps(mapping, sort_keys=True), task.name]
+    parts = [opened.digest or _content_digest(source, facts), json.dumps(mapping, sort_keys=True), task.name]
     return Examples(task, table=flat, count=count, positions=positions, facts=facts, digest_parts=parts)
 
 
 def _content_digest(source: DataSource, facts: Mapping[str, Any]) -> str:
     """What identifies the data's content: the file's sha256, a saved dataset's fingerprint, a hub commit."""
-    from anchorlens.rundir import file_digest
-
-    if source.kind == "file" and source.path is not None:
-        return file_digest(source.path)
     if source.kind == "hub":
         return f"{facts.get('repo_id')}@{facts.get('revision')}:{facts.get('config')}:{facts.get('split')}"
     assert source.path is not None

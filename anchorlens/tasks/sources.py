@@ -55,11 +55,13 @@ class DataSource:
 
 @dataclass
 class OpenedData:
-    """A source opened as a ``datasets.Dataset`` (``table``) and what to record about it (``facts``)."""
+    """A source opened as a ``datasets.Dataset`` (``table``), what to record about it (``facts``) and, for a file,
+    its content's sha256 (first 16 hex, ``digest``)."""
 
     source: DataSource
     table: Any
     facts: dict[str, Any] = field(default_factory=dict)
+    digest: str | None = None
 
 
 def parse_source(spec: str | Path) -> DataSource:
@@ -102,8 +104,12 @@ def _one_line(err: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-def _open_file(source: DataSource) -> Any:
-    """A data file through ``datasets.load_dataset`` (its builder for the format); OS errors name the file."""
+def _open_file(source: DataSource, digest: str) -> Any:
+    """A data file through ``datasets.load_dataset`` (its builder for the format); OS errors name the file.
+
+    The datasets cache keys a file's Arrow copy on its path and modification time only, so a file rewritten with
+    its old time kept (``cp -p``, ``rsync -a``, ``tar x``) would be read from the stale copy: the copy anchorlens
+    reads lives under the file's content ``digest`` instead."""
     assert source.path is not None and source.format is not None
     path = source.path
     with os_errors(path, "cannot read --data"):
@@ -113,17 +119,40 @@ def _open_file(source: DataSource) -> Any:
             fh.read(1)
     if source.format in ("json", "csv", "text"):
         _check_text_file(path, source.format)
-    if source.format == "csv":
-        _check_csv_rows(path, "\t" if path.suffix.lower() == ".tsv" else ",")
     datasets = _quiet_datasets()
     kwargs: dict[str, Any] = {}
-    if source.format == "csv" and path.suffix.lower() == ".tsv":
-        kwargs["sep"] = "\t"
+    if source.format == "csv":
+        sep = "\t" if path.suffix.lower() == ".tsv" else ","
+        header = _check_csv_rows(path, sep)
+        kwargs.update(sep=sep, **_csv_as_text(header, datasets))
     if source.format == "text":
         kwargs["sample_by"] = "line"
     if path.stat().st_size == 0:
         raise DataError(f"{path}: no examples (the file is empty)")
-    return datasets.load_dataset(source.format, data_files=str(path), split="train", **kwargs)
+    cache = Path(datasets_cache()) / "anchorlens" / digest
+    return datasets.load_dataset(source.format, data_files=str(path), split="train", cache_dir=str(cache), **kwargs)
+
+
+def _sha256(path: Path) -> str:
+    """The file's SHA-256 (first 16 hex); OSError as the file system raises it."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def _csv_as_text(header: list[str] | None, datasets: Any) -> dict[str, Any]:
+    """Reader options that keep every CSV cell as the text it is: no type guessing (``007`` stays ``007``,
+    ``3.10`` stays ``3.10``, ``True`` and ``None`` stay words) and only an empty cell is missing (``NA`` and
+    ``null`` are text); the header names the columns as pandas would (an empty name is ``Unnamed: i``)."""
+    if not header:
+        return {}
+    names = [name if name else f"Unnamed: {i}" for i, name in enumerate(header)]
+    features = datasets.Features({name: datasets.Value("string") for name in names})
+    return {"features": features, "keep_default_na": False, "na_values": [""]}
 
 
 def _check_text_file(path: Path, fmt: str) -> None:
@@ -158,10 +187,12 @@ def _check_text_file(path: Path, fmt: str) -> None:
         raise DataError(f"{path}: no examples (the file is empty)")
 
 
-def _check_csv_rows(path: Path, sep: str) -> None:
-    """Every record of a CSV/TSV file has the header's number of columns (the reader would fill a short row with
-    missing values, or fail without naming the line); one line naming the row, its line and the fix otherwise.
-    Streams the file; rows are numbered like the readers' (blank lines skipped, the header not counted)."""
+def _check_csv_rows(path: Path, sep: str) -> list[str] | None:
+    """The header of a CSV/TSV file (None: no header) once every record has its number of columns (the reader
+    would fill a short row with missing values, or fail without naming the line) and its names are unique (the
+    reader would rename a repeated one ``name.1`` and drop it from the task's fields); one line naming the row,
+    its line and the fix otherwise. Streams the file; rows are numbered like the readers' (blank lines skipped,
+    the header not counted)."""
     import csv
 
     limit = csv.field_size_limit()
@@ -171,7 +202,13 @@ def _check_csv_rows(path: Path, sep: str) -> None:
             reader = csv.reader(fh, delimiter=sep)
             header = next((r for r in reader if r), None)
             if header is None:
-                return
+                return None
+            repeated = sorted({name for name in header if name and header.count(name) > 1})
+            if repeated:
+                raise DataError(
+                    f"{path}: the header names column {repeated[0]!r} {header.count(repeated[0])} times; give each "
+                    "column its own name"
+                )
             row = 0
             for record in reader:
                 if not record:
@@ -190,9 +227,10 @@ def _check_csv_rows(path: Path, sep: str) -> None:
                         f"{len(header)}; quote the field that holds {what} or add the column to the header"
                     )
     except csv.Error:
-        return  # a malformed quote: the reader's own error names it
+        return None  # a malformed quote: the reader's own error names it
     finally:
         csv.field_size_limit(limit)
+    return header
 
 
 def _pick_split(loaded: Any, source: DataSource, where: str) -> Any:
@@ -265,6 +303,7 @@ def _hub_cache() -> str:
 def open_source(source: DataSource) -> OpenedData:
     """Open ``source`` as a ``datasets.Dataset``; every failure is one line naming the file and the problem."""
     facts: dict[str, Any] = {"data": source.spec, "kind": source.kind}
+    digest = None
     try:
         if source.kind == "hub":
             table, hub = _open_hub(source)
@@ -272,14 +311,19 @@ def open_source(source: DataSource) -> OpenedData:
         elif source.kind == "saved":
             table = _open_saved(source)
         else:
-            table = _open_file(source)
+            assert source.path is not None
+            with os_errors(source.path, "cannot read --data"):
+                if source.path.is_dir():
+                    raise IsADirectoryError(21, "Is a directory", str(source.path))
+                digest = _sha256(source.path)
+            table = _open_file(source, digest)
     except (UsageError, PathError):
         raise
     except Exception as err:  # the readers' own errors (pyarrow, pandas, json) for a malformed file
         raise DataError(_describe_failure(source, err)) from None
     facts["rows"] = int(table.num_rows)
     facts["split"] = getattr(table, "split", None) and str(table.split)
-    return OpenedData(source, table, facts)
+    return OpenedData(source, table, facts, digest)
 
 
 def _describe_failure(source: DataSource, err: BaseException) -> str:

@@ -8,6 +8,7 @@ or an lm-evaluation-harness YAML (:mod:`anchorlens.tasks.harness`).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from anchorlens.roles.templates import Template
 from anchorlens.tasks.explode import Row, expand_plain
 
 METRICS: tuple[str, ...] = ("accuracy", "macro_f1", "f1a", "em")
+_DECIMAL = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?")  # how a number is written (no leading zeros: "01" is text)
 CLASSIFICATION = "classification"
 TEXT = "text"
 KINDS: tuple[str, ...] = (CLASSIFICATION, TEXT)
@@ -126,15 +128,20 @@ class Task:
 
         Values are compared type-strictly (``True`` is not ``1``), except that a string and a value of another
         type match by text: a CSV cell ``"true"`` or ``"0"`` is the label ``true`` or ``0`` of a task file, and a
-        boolean column matches the string labels ``"true"``/``"false"`` (case-insensitive).
+        boolean column matches the string labels ``"true"``/``"false"`` (case-insensitive); a cell written as a
+        decimal number (``"1.0"``, not ``"01"``) matches a numeric label of that value.
         """
         for i, label in enumerate(self.labels):
             if value == label and isinstance(value, bool) == isinstance(label, bool):
                 return i
         if isinstance(value, (str, int, float, bool)):
             text = label_text(value).strip().lower()
+            number = _DECIMAL.fullmatch(value.strip()) if isinstance(value, str) else None
             for i, label in enumerate(self.labels):
                 if isinstance(label, str) != isinstance(value, str) and label_text(label).strip().lower() == text:
+                    return i
+                numeric = isinstance(label, (int, float)) and not isinstance(label, bool)
+                if number is not None and numeric and float(value) == label:  # a CSV cell "1.0" for the label 1
                     return i
         raise ValueError(f"label {value!r} is not one of {self.labels!r} for task {self.name}")
 

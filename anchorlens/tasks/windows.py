@@ -75,7 +75,7 @@ class Windows(Sequence[Row]):
         return {
             TEXT_FIELD: text[lo:hi],
             "idx": i,
-            "document": int(source.get("idx", doc)),
+            "document": _document_id(source.get("idx"), doc),
             "window": w,
             "tokens": n,
             "label": None,
@@ -88,3 +88,12 @@ class Windows(Sequence[Row]):
     def tokens(self) -> int:
         """Total number of document tokens the windows cover."""
         return int(self._spans[:, 4].sum()) if len(self) else 0
+
+
+def _document_id(idx: Any, position: int) -> int | str:
+    """A document's id: its ``idx`` as the data wrote it (an integer, or text such as ``doc-a``), else its position."""
+    if idx is None:
+        return position
+    if isinstance(idx, (int, np.integer)) and not isinstance(idx, bool):
+        return int(idx)
+    return str(idx)

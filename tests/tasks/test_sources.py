@@ -186,3 +186,67 @@ def test_text_corpus_from_txt_skips_blank_lines(tmp_path):
     docs = load_examples(path, "text")
     assert [d["text"] for d in docs] == ["First document.", "Second one, with a comma."]
     assert [d["labelled"] for d in docs] == [False, False]
+
+
+def test_csv_cells_are_read_as_the_text_they_are(tmp_path, reviews):
+    """No type guessing: zip codes keep their zeros, 3.10 its zero, and True / None / NA stay words."""
+    path = tmp_path / "t.csv"
+    path.write_text(
+        "review_body,stars\n007,positive\n3.10,negative\n1e5,positive\nTrue,negative\nNone,positive\nNA,negative\n"
+    )
+    examples = load_examples(path, reviews, field_map="text=review_body")
+    assert [e["text"] for e in examples] == ["007", "3.10", "1e5", "True", "None", "NA"]
+    empty = tmp_path / "empty_label.csv"
+    empty.write_text("review_body,stars\nfine,positive\nno label,\n")
+    assert [e["labelled"] for e in load_examples(empty, reviews, field_map="text=review_body")] == [True, False]
+
+
+def test_a_csv_label_written_as_a_number_matches_a_numeric_label_but_not_a_padded_one(tmp_path):
+    task = tmp_path / "ints.toml"
+    task.write_text('name = "ints"\ntemplate = "Q: {text}"\nlabels = [ { value = 0, verbalizer = " no" }, { value = 1, verbalizer = " yes" } ]\n')  # fmt: skip
+    floats = tmp_path / "f.csv"
+    floats.write_text("text,label\na,0.0\nb,1.0\nc,1\n")
+    loaded = load_examples(floats, load_task_file(task))
+    assert [loaded.task.label_index(e["label"]) for e in loaded] == [0, 1, 1]
+    padded = tmp_path / "p.csv"
+    padded.write_text("text,label\na,01\n")
+    with pytest.raises(DataError, match=r"p.csv: row 1: label '01' is not one of \(0, 1\)"):
+        load_examples(padded, load_task_file(task))
+    words = tmp_path / "na.toml"  # a class named NA is a label like any other, not a missing value
+    words.write_text('name = "na"\ntemplate = "Q: {text}"\nlabels = { yes = " yes", no = " no", NA = " unsure" }\n')
+    na = tmp_path / "na.csv"
+    na.write_text("text,label\nIs it?,yes\nMaybe,NA\n")
+    assert [e["label"] for e in load_examples(na, load_task_file(words), require_labels=True)] == ["yes", "NA"]
+
+
+def test_a_repeated_csv_column_name_is_refused(tmp_path, reviews):
+    path = tmp_path / "dup.csv"
+    path.write_text("text,text,stars\nA,B,positive\n")
+    with pytest.raises(DataError, match=r"dup.csv: the header names column 'text' 2 times; give each column its own"):
+        load_examples(path, reviews)
+
+
+def test_a_file_rewritten_with_its_old_modification_time_is_read_again(tmp_path, reviews):
+    """The datasets cache keys on path and mtime; anchorlens' copy keys on the content (cp -p, rsync -a, tar x)."""
+    import os
+
+    path = tmp_path / "edit.csv"
+    path.write_text("text,stars\nAAAA,positive\nBBBB,negative\n")
+    first = load_examples(path, reviews)
+    stat = path.stat()
+    path.write_text("text,stars\nZZZZ,negative\nEEEE,positive\nFFFF,negative\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    second = load_examples(path, reviews)
+    assert [e["text"] for e in first] == ["AAAA", "BBBB"]
+    assert [e["text"] for e in second] == ["ZZZZ", "EEEE", "FFFF"]
+    assert first.digest() != second.digest()
+
+
+def test_text_documents_keep_their_own_ids(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    path.write_text('{"idx": "doc-a", "text": "Hello world."}\n{"idx": 7, "text": "Second."}\n{"text": "Third."}\n')
+    from anchorlens.models.tiny_tokenizers import tiny_tokenizer
+    from anchorlens.tasks.windows import Windows
+
+    windows = Windows(load_examples(path, "text"), tiny_tokenizer("llama"), max_length=64)
+    assert [w["document"] for w in windows] == ["doc-a", 7, 2]  # a text id as written, not int("doc-a")
