@@ -1,8 +1,9 @@
 """Few-shot demonstrations: K labelled examples drawn per query, rendered with the task's own template.
 
 Each query draws its demonstrations with a generator seeded by (``seed``, the query's ``idx``), so a query
-gets the same demonstrations in every run, checkpoint, rank and resumed shard. When the demonstrations come
-from the evaluated data itself the query is never its own demonstration. A demonstration is the template
+gets the same demonstrations in every run, checkpoint, rank and resumed shard. A query is never shown
+with its own answer: a demonstration that shows the same text as the query (its own row when the
+demonstrations come from the evaluated data, or a copy of it in another file) is never drawn for it. A demonstration is the template
 filled with its example followed by its label's verbalizer; its tokens get role ``demo`` (its fields stay
 tagged with their names) and its answer ``demo_label``, so attention to demonstrations and to the query can
 be told apart. Demonstrations and the query are joined by the task's ``fewshot_delimiter``.
@@ -28,7 +29,10 @@ DEMO_LABEL = "demo_label"
 class Demonstrations:
     """A pool of labelled examples and how many to draw per query.
 
-    ``same_as_queries``: the pool is the evaluated data (a query's own row is then excluded).
+    ``same_as_queries``: the pool is the evaluated data. ``fields``: what a prompt shows of an example (the task
+    template's fields); a demonstration that shows the same as the query is never drawn for it, whichever file it
+    comes from (the query's own row, a copy of it in ``--shots-from``, a duplicate row): it would show the
+    query's own answer. Rows are told apart by what they show, not by ``idx``, which files need not keep unique.
     """
 
     pool: Sequence[Row]
@@ -36,6 +40,7 @@ class Demonstrations:
     seed: int = 0
     source: str = ""
     same_as_queries: bool = False
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse more shots than the pool can give."""
@@ -47,19 +52,34 @@ class Demonstrations:
             )
 
     def draw(self, query: Mapping[str, Any]) -> list[Row]:
-        """The demonstrations of one query (deterministic in ``seed`` and the query's ``idx``)."""
+        """The demonstrations of one query (deterministic in ``seed`` and the query's ``idx``); DataError when the
+        pool holds fewer than ``shots`` that differ from the query."""
         rng = random.Random(f"{self.seed}:{query.get('idx')}")
+        own = self._shown(query)
         picks: list[Row] = []
         order = list(range(len(self.pool)))
         rng.shuffle(order)
         for i in order:
             demo = self.pool[i]
-            if self.same_as_queries and demo.get("idx") == query.get("idx"):
+            if self._shown(demo) == own:
                 continue
             picks.append(demo)
             if len(picks) == self.shots:
-                break
-        return picks
+                return picks
+        raise DataError(
+            f"{self.source}: --shots {self.shots} but only {len(picks)} demonstration(s) differ from the query "
+            f"with idx {query.get('idx')!r} (the others show the same text); lower --shots or drop duplicate rows"
+        )
+
+    def _shown(self, example: Mapping[str, Any]) -> tuple:
+        """What a prompt shows of ``example``: its template fields' values (every field but the bookkeeping ones when
+        the template names none)."""
+        if self.fields:
+            return tuple(str(example.get(name)) for name in self.fields)
+        return tuple(sorted((k, str(v)) for k, v in example.items() if k not in _BOOKKEEPING))
+
+
+_BOOKKEEPING = frozenset({"idx", "label", "labelled"})
 
 
 def render_demo(task: Task, demo: Row) -> Rendered:

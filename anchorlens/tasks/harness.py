@@ -11,7 +11,8 @@ Choices that differ per document (``{{ choices.text }}``) are kept for capture a
 fixed choices, so evaluate and train refuse such a task. Entries that need the harness's Python (``!function``,
 ``process_docs``, ``process_results``, custom ``class``) are refused in one line naming the entry; keys about
 generation and metrics (``generation_kwargs``, ``metric_list``, ``filter_list``...) are ignored and listed in
-the task's notes.
+the task's notes, as are keys unlike any the harness knows; a key that looks like a misspelt known one
+(``doc_to_targt``) is refused, since ignoring it would silently change the task.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ IGNORED_KEYS = (
     "unsafe_code",
     "fewshot_config",
     "gen_prefix",
+    "task_alias",
+    "group_alias",
+    "reference",
+    "use_prompt",
 )
 KNOWN_KEYS = (
     "task",
@@ -217,6 +222,18 @@ def _default_data(data: Mapping[str, Any], split_keys: tuple[str, ...]) -> str |
     return spec
 
 
+def _refuse_misspelt(unknown: list[str], where: str) -> None:
+    """DataError for an unknown key that is close to a known one (``doc_to_targt``): ignoring it would silently
+    change the task (labels from another column, another prompt). Keys unlike any known one (a newer harness's)
+    are only noted."""
+    import difflib
+
+    for key in unknown:
+        close = difflib.get_close_matches(str(key), KNOWN_KEYS, n=1, cutoff=0.8)
+        if close:
+            raise DataError(f"{where}: unknown key {key!r}; did you mean {close[0]!r}? (fix its spelling)")
+
+
 def load_harness_task(path: str | Path) -> Task:
     """An lm-evaluation-harness YAML task as a :class:`Task` (module docstring); DataError names the file and key."""
     path = Path(path)
@@ -224,6 +241,7 @@ def load_harness_task(path: str | Path) -> Task:
     data, text = _with_includes(path)
     _refuse_code(data, where)
     unknown = sorted(set(data) - set(KNOWN_KEYS))
+    _refuse_misspelt(unknown, where)
     notes = [f"ignored (generation and metrics are the harness's): {', '.join(k for k in IGNORED_KEYS if k in data)}"]
     if unknown:
         notes.append(f"unknown keys ignored: {', '.join(unknown)}")

@@ -129,6 +129,13 @@ def role_scheme(task: Task, chat: bool, shots: int, add_special_tokens: bool = T
     """The role scheme of a task with these prompt options (roles in a fixed order: the task's, then chat's, then
     few-shot's)."""
     added: list[str] = ([SCAFFOLD, SYSTEM] if chat else []) + ([DEMO, DEMO_LABEL] if shots else [])
+    for role in task.roles:
+        if role in added and role != SCAFFOLD:  # a template may tag its own scaffold words ``scaffold`` on purpose
+            option = "--shots" if role in (DEMO, DEMO_LABEL) else "--chat"
+            raise UsageError(
+                f"task {task.name} tags its own text with role {role!r}, which {option} gives its added text too "
+                f"(the two could not be told apart); rename the task's role, e.g. {role}_text"
+            )
     about = {r: ROLE_SOURCES[r] for r in added}
     about.update({r: f"task {task.name}" for r in task.roles})  # the task's own word wins (its template's scaffold)
     extra = [*task.roles, *added]
@@ -168,7 +175,8 @@ def build_prompts(
         if chosen is None:
             raise UsageError("--shots needs examples to draw demonstrations from (--shots-from FILE)")
         check_pool(chosen, task, source)
-        demos = Demonstrations(chosen, options.shots, options.seed, source, same_as_queries=same)
+        fields = tuple(getattr(task.template, "fields", ()))  # a Jinja template names none: every field counts
+        demos = Demonstrations(chosen, options.shots, options.seed, source, same_as_queries=same, fields=fields)
     return Prompts(task, options, scheme, demos, layout, tokenizer)
 
 

@@ -192,6 +192,7 @@ def test_harness_multiple_choice_task_with_include_and_description(tmp_path):
         ("task: t\ndoc_to_text: '{{x'\n", r"Jinja syntax error"),
         ("task: [unclosed\n", r"not valid YAML"),
         ("task: t\ndoc_to_text: '{{x}}'\ninclude: nope.yaml\n", r"include nope.yaml: no such file"),
+        ("task: t\ndoc_to_text: '{{x}}'\ndoc_to_choice: [a, b]\ndoc_to_targt: y\n", r"unknown key 'doc_to_targt'; did you mean 'doc_to_target'\?"),
     ],
 )  # fmt: skip
 def test_harness_entries_anchorlens_cannot_read_are_refused_in_one_line(tmp_path, text, message):
@@ -200,3 +201,40 @@ def test_harness_entries_anchorlens_cannot_read_are_refused_in_one_line(tmp_path
     with pytest.raises(DataError, match=message) as info:
         get_task(str(path))
     assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_a_query_is_never_shown_with_its_own_answer_whatever_the_demonstrations_file():
+    task, tok = get_task("rte"), tiny_tokenizer("llama")
+    examples = [dict(e) for e in bundled_examples("rte")][:6]
+    shown = lambda e: (e["premise"], e["hypothesis"])  # noqa: E731
+    # the same rows passed again as --shots-from (another list, other idx): the query's copy is never drawn
+    copies = [{**e, "idx": 100 + i} for i, e in enumerate(examples)]
+    prompts = build_prompts(task, tok, PromptOptions(shots=5), queries=examples, pool=copies, pool_source="copy")
+    for query in examples:
+        drawn = prompts.demos.draw(query)
+        assert len(drawn) == 5 and shown(query) not in {shown(d) for d in drawn}
+    # every row with the same idx: rows are told apart by what they show, so each still gets its demonstrations
+    same_idx = [{**e, "idx": 0} for e in examples]
+    prompts = build_prompts(task, tok, PromptOptions(shots=3), queries=same_idx)
+    for query in same_idx:
+        drawn = prompts.demos.draw(query)
+        assert len(drawn) == 3 and shown(query) not in {shown(d) for d in drawn}
+    # a pool of copies of the query alone cannot give a demonstration: one line, not a prompt without them
+    lonely = build_prompts(task, tok, PromptOptions(shots=1), queries=examples, pool=[examples[0]] * 3, pool_source="p")
+    with pytest.raises(DataError, match=r"p: --shots 1 but only 0 demonstration\(s\) differ from the query"):
+        lonely.demos.draw(examples[0])
+    assert lonely.demos.draw(examples[1]) == [examples[0]]
+
+
+@pytest.mark.parametrize(("role", "options"), [("demo", PromptOptions(shots=1)), ("system", PromptOptions(chat=True))])
+def test_a_task_role_named_like_a_role_the_options_add_is_refused(tmp_path, role, options):
+    from anchorlens.tasks.prompts import role_scheme
+
+    path = tmp_path / "t.toml"
+    path.write_text(
+        f'name = "t"\ntemplate = "Review: {{text:{role}}}\\nSentiment:"\nlabels = {{ a = " a", b = " b" }}\n'
+    )
+    task = get_task(str(path))
+    role_scheme(task, chat=False, shots=0)  # without the option the name is the task's own
+    with pytest.raises(UsageError, match=rf"task t tags its own text with role '{role}', which --"):
+        role_scheme(task, chat=bool(options.chat), shots=options.shots or 0)
