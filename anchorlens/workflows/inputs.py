@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from anchorlens.errors import UsageError
+from anchorlens.errors import DataError, UsageError
 from anchorlens.tasks import Examples, Task, bundled_examples, bundled_tasks, get_task, load_examples
 from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
 
@@ -80,6 +80,19 @@ def _read(task: Task, data: str | Path | None, n: int | None, need_labels: bool,
     return load_examples(source, task, limit=n, require_labels=need_labels, field_map=field_map)
 
 
+def _check_groups(task: Task, examples: Sequence[Mapping[str, Any]], source: str) -> None:
+    """Evaluation and training group a task's examples by its finest group field (exact match, the train/eval
+    split): the data must have it; DataError naming the field and the fix otherwise (before any model runs)."""
+    if not task.group_fields or not len(examples):
+        return
+    field = task.group_fields[-1]
+    if field not in examples[0]:
+        raise DataError(
+            f"{source}: missing field {field!r}: task {task.name} groups its examples by it (group_field: exact "
+            f"match, the train/eval split); add the column or rename one with --field-map {field}=COLUMN"
+        )
+
+
 def resolve_inputs(
     task: str | Path | Task = "rte",
     data: str | Path | None = None,
@@ -107,6 +120,8 @@ def resolve_inputs(
     prompt = (prompt or PromptOptions()).resolved(spec)
     examples = _read(spec, data, n, need_labels, field_map)
     source = str(data) if data is not None else (spec.data or f"bundled:{spec.name}")
+    if need_labels:
+        _check_groups(spec, examples, source)
     pool, pool_source = None, ""
     shots_from = prompt.shots_from
     if prompt.shots and shots_from is None and spec.fewshot_data is not None and spec.fewshot_data != source:

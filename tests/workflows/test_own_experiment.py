@@ -172,3 +172,12 @@ def test_inspect_takes_a_task_file_and_names_its_roles(experiment, tiny_base):
     assert {"newline", "punct"} <= {
         text_view.maps["decoder"].role_name(r) for r in text_view.maps["decoder"].k_roles.tolist()
     }
+
+
+def test_evaluate_refuses_data_without_the_tasks_group_field_before_running(experiment, tmp_path):
+    grouped = tmp_path / "grouped.toml"
+    grouped.write_text(TASK.replace("[roles]", 'metrics = ["accuracy", "em"]\ngroup_field = "qid"\n\n[roles]'))
+    args = ["--task", grouped, "--data", experiment / "reviews.csv", "--field-map", "text=review_body"]
+    r = run("evaluate", "--ckpt", "base", *TINY, *args, "--out", tmp_path / "ev")
+    assert r.exit_code == 2 and "missing field 'qid': task reviews groups its examples by it" in r.output
+    assert r.output.count("\n") == 1 and not (tmp_path / "ev").exists()
