@@ -126,7 +126,7 @@ def _open_file(source: DataSource, digest: str) -> Any:
         header = _check_csv_rows(path, sep)
         kwargs.update(sep=sep, **_csv_as_text(header, datasets))
     if source.format == "text":
-        kwargs["sample_by"] = "line"
+        kwargs.update(sample_by="line", encoding="utf-8-sig")  # a byte-order mark is not the first document's text
     if path.stat().st_size == 0:
         raise DataError(f"{path}: no examples (the file is empty)")
     cache = Path(datasets_cache()) / "anchorlens" / digest

@@ -185,6 +185,8 @@ def test_text_corpus_from_txt_skips_blank_lines(tmp_path):
     path.write_text("First document.\n\n   \nSecond one, with a comma.\n")
     docs = load_examples(path, "text")
     assert [d["text"] for d in docs] == ["First document.", "Second one, with a comma."]
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())  # a byte-order mark (Windows editors write one)
+    assert [d["text"] for d in load_examples(path, "text")][0] == "First document."
     assert [d["labelled"] for d in docs] == [False, False]
 
 
