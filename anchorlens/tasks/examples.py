@@ -286,6 +286,22 @@ def _check_table(data: Any, task: Task, where: _Where, require_labels: bool, col
             )
 
 
+def _nan_labels_missing(table: Any, task: Task) -> Any:
+    """``table`` with NaN in a floating-point label column as missing (null): how pandas writes a missing value
+    into a number column, not a label value of its own."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    name = task.label_field
+    if not task.has_labels or name not in table.column_names:
+        return table
+    col = table.column(name)
+    if not pa.types.is_floating(col.type) or not pc.any(pc.is_nan(col)).as_py():
+        return table
+    cleaned = pc.if_else(pc.is_nan(col), pa.scalar(None, col.type), col)
+    return table.set_column(table.column_names.index(name), name, cleaned)
+
+
 def _rows_of(dataset: Any) -> Iterator[dict[str, Any]]:
     """The rows of a ``datasets.Dataset`` as nested Python dicts (its features decoded: a JSON column of mixed
     types gives each row's own value), a batch at a time."""
@@ -378,7 +394,7 @@ def load_examples(
         if not rows:
             raise DataError(f"{source.spec}: no examples (the file is empty)")
         return Examples(task, rows=rows, facts=facts)
-    flat = _flat_arrow(table)
+    flat = _nan_labels_missing(_flat_arrow(table), task)
     positions = _document_positions(flat) if task.kind == TEXT and TEXT_FIELD in flat.column_names else None
     available = flat.num_rows if positions is None else len(positions)
     if available == 0:

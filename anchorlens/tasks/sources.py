@@ -125,12 +125,30 @@ def _open_file(source: DataSource, digest: str) -> Any:
         sep = "\t" if path.suffix.lower() == ".tsv" else ","
         header = _check_csv_rows(path, sep)
         kwargs.update(sep=sep, **_csv_as_text(header, datasets))
+    if source.format == "parquet":
+        _check_parquet_columns(path)
     if source.format == "text":
         kwargs.update(sample_by="line", encoding="utf-8-sig")  # a byte-order mark is not the first document's text
     if path.stat().st_size == 0:
         raise DataError(f"{path}: no examples (the file is empty)")
     cache = Path(datasets_cache()) / "anchorlens" / digest
     return datasets.load_dataset(source.format, data_files=str(path), split="train", cache_dir=str(cache), **kwargs)
+
+
+def _check_parquet_columns(path: Path) -> None:
+    """A parquet file's column names are unique (the reader fails on a repeated one without naming it); a file
+    that is not parquet is left to the reader's own error."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception:  # noqa: BLE001 - not parquet: the reader says so
+        return
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise DataError(
+            f"{path}: column {repeated[0]!r} appears {names.count(repeated[0])} times; give each column its own name"
+        )
 
 
 def _sha256(path: Path) -> str:

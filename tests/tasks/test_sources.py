@@ -252,3 +252,26 @@ def test_text_documents_keep_their_own_ids(tmp_path):
 
     windows = Windows(load_examples(path, "text"), tiny_tokenizer("llama"), max_length=64)
     assert [w["document"] for w in windows] == ["doc-a", 7, 2]  # a text id as written, not int("doc-a")
+
+
+def test_a_nan_in_a_number_label_column_is_a_missing_label_at_its_own_row(tmp_path):
+    import pandas as pd
+
+    task = tmp_path / "ints.toml"
+    task.write_text('name = "ints"\ntemplate = "Q: {text}"\nlabels = [ { value = 0, verbalizer = " no" }, { value = 1, verbalizer = " yes" } ]\n')  # fmt: skip
+    path = tmp_path / "nan.parquet"
+    pd.DataFrame({"text": ["a", "b", "c"], "label": [0.0, float("nan"), 1.0]}).to_parquet(path)
+    loaded = load_examples(path, load_task_file(task))
+    assert [(e["label"], e["labelled"]) for e in loaded] == [(0.0, True), (None, False), (1.0, True)]
+    with pytest.raises(DataError, match=r"nan.parquet: row 2: missing field 'label'"):
+        load_examples(path, load_task_file(task), require_labels=True)
+
+
+def test_a_parquet_file_with_a_repeated_column_name_says_so(tmp_path, reviews):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "dup.parquet"
+    pq.write_table(pa.table([pa.array(["x"]), pa.array(["y"]), pa.array(["positive"])], names=["text", "text", "stars"]), path)  # fmt: skip
+    with pytest.raises(DataError, match=r"dup.parquet: column 'text' appears 2 times; give each column its own name"):
+        load_examples(path, reviews)
