@@ -57,6 +57,10 @@ class PromptOptions:
         if shots < 0:
             raise UsageError(f"--shots must be 0 or more, got {shots}")
         if system is not None and not chat:
+            if self.system is None:  # the task's own system prompt, with chat turned off on the command line
+                raise UsageError(
+                    f"task {task.name} sets a system prompt, which needs the chat template; drop --no-chat"
+                )
             raise UsageError("--system needs --chat (the system prompt goes into the chat template)")
         if shots and task.kind == TEXT:
             raise UsageError("--shots needs a task with labels; the text task has none")

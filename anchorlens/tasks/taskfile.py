@@ -209,6 +209,8 @@ def task_from_mapping(data: Mapping[str, Any], where: str, *, source: str, text:
         expand = Explode.from_spec(data["explode"], name) if "explode" in data else expand_plain
     except ValueError as err:
         raise _fail(where, str(err)) from None
+    if data.get("system") is not None and not data.get("chat", False):
+        raise _fail(where, "system needs chat = true (the system prompt goes into the tokenizer's chat template)")
     declared = tuple(data.get("fields", ()))
     fields = tuple(dict.fromkeys([*declared, *template.fields]))
     try:

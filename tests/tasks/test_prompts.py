@@ -238,3 +238,18 @@ def test_a_task_role_named_like_a_role_the_options_add_is_refused(tmp_path, role
     role_scheme(task, chat=False, shots=0)  # without the option the name is the task's own
     with pytest.raises(UsageError, match=rf"task t tags its own text with role '{role}', which --"):
         role_scheme(task, chat=bool(options.chat), shots=options.shots or 0)
+
+
+def test_a_task_files_system_prompt_needs_its_chat_and_names_the_file_or_the_flag(tmp_path):
+    from anchorlens.tasks import load_task_file
+
+    body = 'name = "t"\ntemplate = "Review: {text}"\nlabels = { a = " a", b = " b" }\nsystem = "Be brief."\n'
+    path = tmp_path / "t.toml"
+    path.write_text(body)
+    with pytest.raises(DataError, match=r"t.toml: system needs chat = true"):
+        load_task_file(path)
+    path.write_text(body + "chat = true\n")
+    task = load_task_file(path)
+    assert PromptOptions().resolved(task).system == "Be brief."
+    with pytest.raises(UsageError, match=r"task t sets a system prompt, which needs the chat template; drop --no-chat"):
+        PromptOptions(chat=False).resolved(task)
