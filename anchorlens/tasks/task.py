@@ -82,6 +82,13 @@ class Task:
         """Check that labels and verbalizers pair up, the template uses only known fields, and roles are sound."""
         if len(self.labels) != len(self.verbalizers):
             raise ValueError(f"task {self.name}: {len(self.labels)} labels but {len(self.verbalizers)} verbalizers")
+        repeated = [v for i, v in enumerate(self.verbalizers) if v in self.verbalizers[:i]]
+        if repeated:
+            shared = [label_text(x) for x, v in zip(self.labels, self.verbalizers) if v == repeated[0]]
+            raise ValueError(
+                f"task {self.name}: labels {' and '.join(shared)} share the verbalizer {repeated[0]!r}; "
+                "give each label its own answer"
+            )
         extra = set(self.template.fields) - set(self.fields)
         if extra:
             raise ValueError(f"task {self.name}: template uses undeclared fields {sorted(extra)}")

@@ -253,3 +253,12 @@ def test_a_task_files_system_prompt_needs_its_chat_and_names_the_file_or_the_fla
     assert PromptOptions().resolved(task).system == "Be brief."
     with pytest.raises(UsageError, match=r"task t sets a system prompt, which needs the chat template; drop --no-chat"):
         PromptOptions(chat=False).resolved(task)
+
+
+def test_two_labels_with_one_verbalizer_are_refused_when_the_task_is_read(tmp_path):
+    from anchorlens.tasks import load_task_file
+
+    path = tmp_path / "v.toml"
+    path.write_text('name = "v"\ntemplate = "Q: {text}"\nlabels = { yes = " yes", no = " yes" }\n')
+    with pytest.raises(DataError, match=r"v.toml: task v: labels yes and no share the verbalizer ' yes'"):
+        load_task_file(path)
