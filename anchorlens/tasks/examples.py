@@ -174,10 +174,26 @@ def _arrow(dataset: Any) -> Any:
 def _check_mapping(field_map: Mapping[str, str], columns: Sequence[str], where: str) -> None:
     """``--field-map`` must name existing columns and must not rename one onto another."""
     for field, column in field_map.items():
+        parent = column.split(".")[0]
+        if column not in columns and "." in column and parent in columns:
+            raise DataError(
+                f"{where}: --field-map {field}={column}: --field-map renames whole columns, not fields inside "
+                f"{parent!r}; write {{{column}}} in the task's template instead"
+            )
         if column not in columns:
             raise DataError(
                 f"{where}: --field-map {field}={column}: no column {column!r}; columns: {', '.join(columns)}"
             )
+    fields_of: dict[str, list[str]] = {}
+    for field, column in field_map.items():
+        fields_of.setdefault(column, []).append(field)
+    shared = [(column, fields) for column, fields in fields_of.items() if len(fields) > 1]
+    if shared:
+        column, fields = shared[0]
+        raise DataError(
+            f"{where}: --field-map maps {' and '.join(fields)} to the one column {column!r}; map each field to its "
+            "own column"
+        )
     renamed = {column: field for field, column in field_map.items()}
     clash = [f for f in renamed.values() if f in columns and f not in renamed]
     if clash:

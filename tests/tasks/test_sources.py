@@ -134,6 +134,12 @@ def test_field_map_errors(tmp_path, reviews):
     with pytest.raises(UsageError, match="write FIELD=COLUMN"):
         parse_field_map("text")
     assert parse_field_map(["a=b", "c=d,e=f"]) == {"a": "b", "c": "d", "e": "f"}
+    with pytest.raises(DataError, match=r"maps text and stars to the one column 'review_body'; map each field to"):
+        load_examples(path, reviews, field_map="text=review_body,stars=review_body")
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text('{"meta": {"body": "x"}, "stars": "positive"}\n')
+    with pytest.raises(DataError, match=r"renames whole columns, not fields inside 'meta'; write \{meta.body\} in"):
+        load_examples(nested, reviews, field_map="text=meta.body")
 
 
 def test_saved_dataset_dict_splits(tmp_path, reviews):
