@@ -49,8 +49,11 @@ class DataSource:
 
     @property
     def line_numbered(self) -> bool:
-        """Whether rows map to lines of the file (jsonl, txt): errors then say FILE:LINE, else FILE: row N."""
-        return self.kind == "file" and self.format in ("json", "text") and self.path is not None
+        """Whether rows map to lines of the file (jsonl, txt): errors then say FILE:LINE, else FILE: row N (a JSON
+        array, whose rows need not be one per line)."""
+        if self.kind != "file" or self.format not in ("json", "text") or self.path is None:
+            return False
+        return self.format == "text" or not _json_array(self.path)
 
 
 @dataclass
@@ -62,6 +65,16 @@ class OpenedData:
     table: Any
     facts: dict[str, Any] = field(default_factory=dict)
     digest: str | None = None
+
+
+def _json_array(path: Path) -> bool:
+    """Whether a JSON file holds one array (``[{...}, {...}]``) rather than one object per line."""
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:
+        return False
+    return head.startswith(b"[")
 
 
 def parse_source(spec: str | Path) -> DataSource:

@@ -281,3 +281,14 @@ def test_a_parquet_file_with_a_repeated_column_name_says_so(tmp_path, reviews):
     pq.write_table(pa.table([pa.array(["x"]), pa.array(["y"]), pa.array(["positive"])], names=["text", "text", "stars"]), path)  # fmt: skip
     with pytest.raises(DataError, match=r"dup.parquet: column 'text' appears 2 times; give each column its own name"):
         load_examples(path, reviews)
+
+
+def test_a_json_array_names_rows_not_lines(tmp_path, reviews):
+    path = tmp_path / "arr.json"
+    path.write_text('[{"text": "hello", "stars": "positive"}, {"text": "bye", "stars": "neutral"}]')
+    with pytest.raises(DataError, match=r"arr.json: row 2: label 'neutral' is not one of"):
+        load_examples(path, reviews)
+    lines = tmp_path / "lines.json"  # JSON lines named .json: lines still
+    lines.write_text('{"text": "hello", "stars": "positive"}\n{"text": "bye", "stars": "neutral"}\n')
+    with pytest.raises(DataError, match=r"lines.json:2: label 'neutral' is not one of"):
+        load_examples(lines, reviews)
