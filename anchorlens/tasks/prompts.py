@@ -156,12 +156,14 @@ def build_prompts(
     pool: Sequence[Row] | None = None,
     pool_source: str = "",
     queries_source: str = "",
+    pool_is_queries: bool = False,
 ) -> Prompts:
     """Bind ``task`` and ``options`` to ``tokenizer``: the run's role scheme, chat layout and demonstrations.
 
     ``pool``: the demonstrations' examples (from ``--shots-from``); None takes them from ``queries`` (the
-    evaluated data, a query never its own demonstration; ``queries_source`` names that data in errors). Bad
-    combinations are a one-line UsageError.
+    evaluated data, a query never its own demonstration; ``queries_source`` names that data in errors);
+    ``pool_is_queries``: the pool is the whole of the data the queries come from. Bad combinations are a one-line
+    UsageError.
     """
     options = options.resolved(task)
     layout = None
@@ -173,7 +175,7 @@ def build_prompts(
     scheme = role_scheme(task, bool(options.chat), options.shots or 0, add_special_tokens=not options.chat)
     demos = None
     if options.shots:
-        same = pool is None
+        same = pool is None or pool_is_queries
         source = pool_source if pool is not None else (queries_source or "the evaluated data")
         chosen = queries if pool is None else pool
         if chosen is None:

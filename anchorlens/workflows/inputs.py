@@ -16,8 +16,10 @@ from anchorlens.tasks.prompts import PromptOptions, Prompts, build_prompts
 class Inputs:
     """The task, its examples, where they came from, and how they are prompted.
 
-    ``pool``: the few-shot demonstrations read from ``--shots-from`` (None: drawn from ``examples``);
-    ``data_facts``: what the data source recorded (format, rows, hub commit, field map).
+    ``pool``: the few-shot demonstrations read from ``--shots-from``, or the whole of the evaluated data when
+    ``--n``/``--limit`` took only its first examples (``pool_is_data``), so that a query's demonstrations do not
+    depend on the limit (None: drawn from ``examples``); ``data_facts``: what the data source recorded (format,
+    rows, hub commit, field map).
     """
 
     task: Task
@@ -27,6 +29,7 @@ class Inputs:
     pool: Sequence[dict] | None = None
     pool_source: str = ""
     data_facts: Mapping[str, Any] = field(default_factory=dict)
+    pool_is_data: bool = False
 
     def prompts(self, tokenizer: Any, max_length: int | None = None) -> Prompts:
         """The prompts of these inputs for ``tokenizer`` (role scheme, chat layout, demonstrations); a text task's
@@ -40,6 +43,7 @@ class Inputs:
             pool=self.pool,
             pool_source=self.pool_source,
             queries_source=self.source,
+            pool_is_queries=self.pool_is_data,
         )
 
     def predict(self, model: Any, *, batch_size: int, max_length: int | None, progress: bool = False) -> Any:
@@ -126,8 +130,13 @@ def resolve_inputs(
     shots_from = prompt.shots_from
     if prompt.shots and shots_from is None and spec.fewshot_data is not None and spec.fewshot_data != source:
         shots_from = spec.fewshot_data  # a harness task's fewshot_split
+    pool_is_data = False
     if prompt.shots and shots_from is not None:
         pool = load_examples(shots_from, spec, require_labels=True, field_map=field_map)
         pool_source = str(shots_from)
+    elif prompt.shots and n is not None:  # demonstrations from the whole data, whatever the limit
+        every = _read(spec, data, None, False, field_map)
+        pool = [e for e in every if e.get("labelled", e.get("label") is not None)]
+        pool_source, pool_is_data = source, True
     facts = dict(getattr(examples, "facts", {}) or {})
-    return Inputs(spec, examples, source, prompt, pool, pool_source, facts)
+    return Inputs(spec, examples, source, prompt, pool, pool_source, facts, pool_is_data)

@@ -181,3 +181,19 @@ def test_evaluate_refuses_data_without_the_tasks_group_field_before_running(expe
     r = run("evaluate", "--ckpt", "base", *TINY, *args, "--out", tmp_path / "ev")
     assert r.exit_code == 2 and "missing field 'qid': task reviews groups its examples by it" in r.output
     assert r.output.count("\n") == 1 and not (tmp_path / "ev").exists()
+
+
+def test_a_querys_demonstrations_do_not_depend_on_the_limit(experiment):
+    from anchorlens.models.tiny_tokenizers import tiny_tokenizer
+    from anchorlens.tasks.prompts import PromptOptions
+    from anchorlens.workflows.inputs import resolve_inputs
+
+    tok, options = tiny_tokenizer("llama"), PromptOptions(shots=3)
+    args = dict(field_map="text=review_body", prompt=options)
+    whole = resolve_inputs(experiment / "reviews.toml", experiment / "reviews.csv", **args)
+    first = resolve_inputs(experiment / "reviews.toml", experiment / "reviews.csv", 2, **args)
+    assert len(first.examples) == 2 and len(whole.examples) == 12
+    for i in range(2):  # the same prompt text with --limit 2 as in the whole run, drawn from all 12 rows
+        assert first.prompts(tok).render(first.examples[i]).text == whole.prompts(tok).render(whole.examples[i]).text
+    # --shots 3 with --limit 2 works: the demonstrations come from the whole file, not from the 2 queries
+    assert len(first.prompts(tok).demos.draw(first.examples[0])) == 3
