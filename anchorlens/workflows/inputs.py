@@ -126,7 +126,8 @@ def resolve_inputs(
     source = str(data) if data is not None else (spec.data or f"bundled:{spec.name}")
     if need_labels:
         _check_groups(spec, examples, source)
-    pool, pool_source = None, ""
+    pool: Sequence[dict] | None = None
+    pool_source = ""
     shots_from = prompt.shots_from
     if prompt.shots and shots_from is None and spec.fewshot_data is not None and spec.fewshot_data != source:
         shots_from = spec.fewshot_data  # a harness task's fewshot_split
