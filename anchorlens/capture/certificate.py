@@ -116,8 +116,17 @@ def eager_reference(target: CaptureTarget, batch: Encoded) -> dict[str, dict[int
     """HF eager ``output_attentions`` of ``target`` on ``batch``: per stack, layer -> [B, H, Q, K].
 
     Eager returns one map per softmax-attention layer in order; they are keyed by the layers of the target's sites
-    (hybrid models have blocks without softmax attention). A stack eager returns no weights for is left out.
+    (hybrid models have blocks without softmax attention). A stack eager returns no weights for, or another number
+    of maps than the target has sites, is left out.
     """
+    return _eager_reference(target, batch)[0]
+
+
+def _eager_reference(
+    target: CaptureTarget, batch: Encoded
+) -> tuple[dict[str, dict[int, torch.Tensor]], dict[str, str]]:
+    """:func:`eager_reference`, and for each stack left out although eager returned maps for it, why (how many
+    maps for how many sites: ALBERT-like layers sharing one module return one map per call, for one site)."""
     model: Any = target.model
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
@@ -135,11 +144,18 @@ def eager_reference(target: CaptureTarget, batch: Encoded) -> dict[str, dict[int
     for site, _ in target.sites():
         layers.setdefault(site.stack, []).append(site.layer)
     reference: dict[str, dict[int, torch.Tensor]] = {}
+    gaps: dict[str, str] = {}
     for stack, tensors in maps.items():
         found = [t for t in (tensors or ()) if t is not None]
-        if found and len(found) == len(layers.get(stack, ())):
+        sites = len(layers.get(stack, ()))
+        if found and len(found) == sites:
             reference[stack] = dict(zip(layers[stack], found, strict=True))
-    return reference
+        elif found and sites:
+            gaps[stack] = (
+                f"eager attention returned {len(found)} maps for the {stack} stack but the capture found "
+                f"{sites} attention site{'s' if sites != 1 else ''} there"
+            )
+    return reference, gaps
 
 
 class _CompareSink:
@@ -195,16 +211,19 @@ def certify(
     """Check the capture of ``batch`` (a few examples) against eager attention at every selected site."""
     started = time.perf_counter()
     dtype = next(target.model.parameters()).dtype
-    reference = eager_reference(target, batch)
+    reference, gaps = _eager_reference(target, batch)
     sink = _CompareSink(reference)
     capture_batch(target, batch, sink, selection, need_logits=False, options=options)
     per_layer = tuple(LayerDiff(stack, layer, diff) for (stack, layer), diff in sorted(sink.diffs.items()))
     unavailable = None
-    if not reference:
+    missing = sorted({d.stack for d in per_layer if d.max_abs_diff is None})
+    if not reference and not gaps:
         unavailable = "eager attention returned no weights for this model"
-    elif any(d.max_abs_diff is None for d in per_layer):
-        missing = sorted({d.stack for d in per_layer if d.max_abs_diff is None})
-        unavailable = f"eager attention returned no weights for the {', '.join(missing)} stack"
+    elif missing or not reference:
+        unavailable = "; ".join(
+            gaps.get(stack, f"eager attention returned no weights for the {stack} stack")
+            for stack in (missing or sorted(gaps))
+        )
     return Certificate(
         per_layer=per_layer,
         examples=batch.batch_size,

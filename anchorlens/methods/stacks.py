@@ -9,7 +9,11 @@ def choose_layer_stacks(adapter, requested: tuple[str, ...] | None, kind: str) -
     """``requested`` checked against the adapter's insertable stacks, or all of them when None."""
     allowed = tuple(adapter.guidance_stacks)
     if not allowed:
-        raise UsageError(f"{kind} needs a base that accepts per-layer positions; {adapter.family} does not")
+        why = getattr(adapter, "layer_guidance_refusal", None)
+        raise UsageError(
+            f"{kind} needs a base that accepts per-layer positions; {adapter.family} does not"
+            + (f": {why}" if why else "")
+        )
     if requested is None:
         return allowed
     bad = [s for s in requested if s not in allowed]

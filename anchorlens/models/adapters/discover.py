@@ -34,7 +34,9 @@ class SiteLayout:
     """One softmax-attention site: stack, layer (its block's index), module path and the call's geometry.
 
     heads / kv_heads: query and key/value heads; head_dim: the query's; key_dim: the key's; window: the sliding
-    window the call passed (None: none); sinks: learned sink logits (``s_aux``); softcap: logit soft-capping.
+    window the call passed (None: none); sinks: learned sink logits (``s_aux``); softcap: logit soft-capping;
+    mask_bias: the call's mask holds more than visibility (one mask per head, or values besides 0 and the dtype's
+    minimum: a position bias such as Falcon's ALiBi added into the mask).
     """
 
     stack: str
@@ -49,6 +51,7 @@ class SiteLayout:
     sinks: bool
     softcap: float | None
     bias: bool = False
+    mask_bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class Discovered:
     mechanisms: tuple[str, ...]
     guidance_refusal: str | None = None
     prefix_refusal: str | None = None
+    layer_refusal: str | None = None  # why positions cannot be inserted per layer (input-level guidance still can)
     notes: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -262,6 +266,8 @@ def _mechanisms(model: torch.nn.Module, config: Any, sites: list[SiteLayout], fo
         out.append("NoPE layers")
     if any(s.bias for s in sites):
         out.append("relative position bias")
+    if any(s.mask_bias for s in sites):
+        out.append("position bias in the attention mask")
     if found["parallel"]:
         out.append("parallel attention and MLP")
     if found["bidirectional"]:
@@ -349,6 +355,7 @@ def discover(model: torch.nn.Module, records: ProbeRecords | None = None) -> Dis
     stack_lists: dict[str, str] = {}
     causal: dict[str, set[bool]] = {}
     seen: set[tuple[str, int]] = set()
+    _refuse_shared_modules(model_type, records, names)
     for record in records.attention:
         path = names.get(id(record.module))
         place = None if path is None else _block_of(path, lists)
@@ -373,9 +380,7 @@ def discover(model: torch.nn.Module, records: ProbeRecords | None = None) -> Dis
                 f"{model_type}: attention runs in two lists of blocks ({stack_lists[block_stack]}, {list_path}); "
                 "anchorlens captures one list per stack"
             )
-        if (stack, layer) in seen:
-            continue  # the same module called again (e.g. a block run twice): one site
-        if any(s.stack == stack and s.layer == layer for s in sites):
+        if (stack, layer) in seen:  # another module of the same block (one module called twice is refused above)
             raise UsageError(
                 f"{model_type}: block {layer} of {list_path} calls attention twice in one stack; anchorlens "
                 "captures one attention module per block and stack"
@@ -396,6 +401,7 @@ def discover(model: torch.nn.Module, records: ProbeRecords | None = None) -> Dis
                 sinks=record.sinks,
                 softcap=record.softcap,
                 bias=record.position_bias,
+                mask_bias=_mask_bias(record),
             )
         )
     if encoder_path is None and len(stack_lists) > 1:
@@ -410,6 +416,32 @@ def discover(model: torch.nn.Module, records: ProbeRecords | None = None) -> Dis
                 "one kind per stack"
             )
     return _assemble(model, model_type, config, records, names, lists, sites, stack_lists, causal)
+
+
+def _refuse_shared_modules(model_type: str, records: ProbeRecords, names: dict[int, str]) -> None:
+    """UsageError (one line) when one attention module ran more than once in the probe forward.
+
+    ALBERT runs one shared layer (and its one attention module) for every layer: a capture hooks modules, so the
+    calls would land on one site, and eager returns one map per call. Anchorlens cannot tell such layers apart.
+    """
+    counts: dict[int, int] = {}
+    for record in records.attention:
+        counts[id(record.module)] = counts.get(id(record.module), 0) + 1
+    for record in records.attention:
+        calls = counts[id(record.module)]
+        if calls > 1:
+            path = names.get(id(record.module), type(record.module).__name__)
+            raise UsageError(
+                f"{model_type} reuses one attention module ({path}) for {calls} attention calls in one forward "
+                "(layers that share weights); anchorlens needs one attention module per layer, so it cannot "
+                "capture this model: use a model whose layers have their own attention modules"
+            )
+
+
+def _mask_bias(record) -> bool:
+    """Whether a call's 4D mask holds more than visibility: one mask per head, or bias values (ALiBi)."""
+    shape = record.mask
+    return bool(record.mask_bias) or (shape is not None and len(shape) == 4 and shape[1] != 1)
 
 
 def _assemble(model, model_type, config, records, names, lists, sites, stack_lists, causal) -> Discovered:
@@ -477,6 +509,7 @@ def _assemble(model, model_type, config, records, names, lists, sites, stack_lis
     }
     mechanisms = _mechanisms(model, config, sites, found)
     guidance = _guidance_refusal(model_type, stacks, encoder_decoder, unknown.get("decoder", []), problems)
+    layer_refusal = guidance or _layer_refusal(model_type, decoder_sites)
     prefix = guidance or _prefix_refusal(model_type, layer_kinds.get("decoder", ()), decoder_sites)
     if prefix is None and getattr(config, "kv_lora_rank", None):  # the cache holds compressed latents, not keys
         prefix = f"{model_type} caches compressed key/value latents (multi-head latent attention), not per-head keys"
@@ -490,6 +523,7 @@ def _assemble(model, model_type, config, records, names, lists, sites, stack_lis
         mechanisms=tuple(mechanisms),
         guidance_refusal=guidance,
         prefix_refusal=prefix,
+        layer_refusal=layer_refusal,
     )
 
 
@@ -511,6 +545,22 @@ def _guidance_refusal(
     if problems:
         return f"{model_type}: {problems[0]}"
     return None
+
+
+def _layer_refusal(model_type: str, sites: list[SiteLayout]) -> str | None:
+    """Why positions cannot be inserted at every layer while input-level ones can (None: they can).
+
+    A position bias the model adds into the attention mask (Falcon's ALiBi: [B, heads, Q, K], slope x key position)
+    is computed once from the input's length; a splice extends only visibility, so inserted positions would get no
+    bias and the old keys a stale one. Input-level guidance is exact: the model builds the bias for the longer input.
+    """
+    biased = [s.layer for s in sites if s.mask_bias]
+    if not biased:
+        return None
+    return (
+        f"{model_type} adds a position bias (ALiBi) into the attention mask of layer {biased[0]}, which anchorlens "
+        "cannot extend for positions inserted per layer; use input-level guidance (instance, soft prompt) on it"
+    )
 
 
 def _prefix_refusal(model_type: str, kinds: tuple[str, ...], sites: list[SiteLayout]) -> str | None:

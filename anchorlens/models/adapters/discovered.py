@@ -13,7 +13,10 @@ as the probe found it, never by the family's name:
   block received in this forward (one per layer type in Gemma 3, complex frequencies in Llama 4, partial rotary
   inside the module in Phi or GPT-NeoX).
 
-Anything else that depends on the sequence makes the layout refuse guidance (``guidance_refusal``).
+Anything else that depends on the sequence makes the layout refuse guidance (``guidance_refusal``). A mask that
+carries more than visibility (one per head, or a position bias such as Falcon's ALiBi) cannot be extended: the
+layout refuses positions inserted per layer (``layer_refusal``: no guidance stacks) and keeps input-level guidance,
+for which the model builds its own mask.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from anchorlens.errors import UsageError
 from anchorlens.models.adapters.base import ArchAdapter
 from anchorlens.models.adapters.discover import CHUNKED, SLIDING, Discovered
+from anchorlens.models.adapters.probe import mask_carries_bias
 from anchorlens.models.adapters.site import Site
 from anchorlens.models.adapters.splice import Splice, like_mask, visible_of
 from anchorlens.roles.encoding import Encoded
@@ -80,7 +84,9 @@ class DiscoveredAdapter(ArchAdapter):
         self.supports_guidance = found.guidance_refusal is None
         self.supports_prefix = found.prefix_refusal is None
         self.prefix_refusal = found.prefix_refusal
-        self.guidance_stacks = ("decoder",) if self.supports_guidance else ()
+        # positions inserted per layer: refused on their own when the blocks' masks carry a bias (input-level is exact)
+        self.layer_guidance_refusal = found.layer_refusal
+        self.guidance_stacks = ("decoder",) if self.supports_guidance and found.layer_refusal is None else ()
         first = self.block_stack(next(iter(found.stacks)))
         self.block_args = found.block_args[first].positional if first in found.block_args else ("hidden_states",)
 
@@ -158,6 +164,8 @@ class DiscoveredAdapter(ArchAdapter):
             raise TypeError(f"{self.family}: splice_block_inputs needs the layer index")
         if self.guidance_refusal is not None:
             raise UsageError(f"no inserted positions on {self.family}: {self.guidance_refusal}")
+        if self.layer_guidance_refusal is not None:
+            raise UsageError(f"no positions inserted per layer on {self.family}: {self.layer_guidance_refusal}")
         roles = self.found.block_args[self.block_stack(stack)].roles
         for name, role in roles.items():
             if role == "hidden":
@@ -201,6 +209,12 @@ class DiscoveredAdapter(ArchAdapter):
         is applied to the extension. Chunk boundaries move instead: a chunked layer's mask is rebuilt from
         causality, padding and the new chunks (prefix keys stay visible), as transformers builds it for T+N.
         """
+        if mask is not None and mask.dim() == 4 and (mask.shape[1] != 1 or mask_carries_bias(mask)):
+            raise UsageError(
+                f"no positions inserted per layer on {self.family}: its attention mask carries more than visibility "
+                f"(shape {list(mask.shape)}: one mask per head or a position bias such as ALiBi), which anchorlens "
+                "cannot extend; use input-level guidance (instance, soft prompt) on it"
+            )
         if mask is None:
             needs = (kind == SLIDING and size is not None and splice.new_len >= size) or (
                 kind == CHUNKED and size is not None and splice.new_len > size

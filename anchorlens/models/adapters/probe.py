@@ -27,7 +27,9 @@ class AttentionRecord:
     """One call of the attention interface: the module and what it passed.
 
     query: [B, H, Q, D] shape; key: [B, H_kv, K, D] shape; mask: shape of the mask or None, and whether the
-    unpadded row's visible keys form a causal triangle (None without a boolean/additive 4D mask).
+    unpadded row's visible keys form a causal triangle (None without a boolean/additive 4D mask);
+    mask_bias: whether an additive mask carries values other than 0 (visible) and the dtype's minimum (hidden),
+    a position bias added into the mask (Falcon's ALiBi, one value per head and key).
     """
 
     module: torch.nn.Module
@@ -42,6 +44,7 @@ class AttentionRecord:
     sinks: bool
     position_bias: bool
     extra: tuple[str, ...]
+    mask_bias: bool = False
 
 
 @dataclass
@@ -104,6 +107,14 @@ def _mask_summary(mask: Any, q_len: int) -> tuple[tuple[int, ...] | None, bool |
     return tuple(mask.shape), bool(torch.equal(row, torch.ones_like(row).tril()))
 
 
+def mask_carries_bias(mask: Any) -> bool:
+    """Whether an additive mask holds values other than 0 (visible) and the dtype's minimum (hidden)."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype == torch.bool or not mask.is_floating_point():
+        return False
+    visible = mask > torch.finfo(mask.dtype).min / 2
+    return bool((visible & (mask != 0)).any())
+
+
 def probe_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -135,6 +146,7 @@ def probe_attention_forward(
                 sinks=kwargs.get("s_aux") is not None,
                 position_bias=kwargs.get("position_bias") is not None,
                 extra=tuple(sorted(k for k, v in kwargs.items() if v is not None)),
+                mask_bias=mask_carries_bias(attention_mask),
             )
         )
     kwargs = {k: v for k, v in kwargs.items() if k not in ("s_aux", "softcap", "sliding_window", "output_attentions")}
