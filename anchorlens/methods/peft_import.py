@@ -9,14 +9,13 @@ output, so no encoder is needed. PREFIX_TUNING becomes a key-only ``Prefix``.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
 from anchorlens.errors import CheckpointError, UsageError
+from anchorlens.methods.peft_base import CONFIG_FILE, check_peft_base
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
-CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 PEFT_TYPES = ("PROMPT_TUNING", "P_TUNING", "PREFIX_TUNING")
 
@@ -69,44 +68,6 @@ def read_peft_config(path: str | Path) -> dict[str, Any]:
     if name is not None and not isinstance(name, str):
         raise _fail(file, f"field base_model_name_or_path must be a string; got {json.dumps(name)[:60]}")
     return cfg
-
-
-def _model_name(text: str) -> str:
-    """``org/Name``, ``/path/to/name`` -> ``name`` (case-folded)."""
-    return text.rstrip("/").rsplit("/", 1)[-1].lower()
-
-
-def check_peft_base(cfg: dict[str, Any], base, path: Path, allow_other_base: bool = False) -> list[dict[str, Any]]:
-    """Refuse an adapter for another width always, for another named model unless allowed; returns ``other_base`` facts."""
-    file = path / CONFIG_FILE
-    token_dim = cfg.get("token_dim")
-    widths = {base.hidden_size}
-    if str(cfg["peft_type"]).upper() == "PREFIX_TUNING" and base.adapter.supports_prefix:
-        _, kv_heads, head_dim = base.adapter.kv_geometry(base.model)
-        widths.add(kv_heads * head_dim)  # grouped-query models: PEFT's prefix token_dim is the key/value width
-    if token_dim is not None and token_dim not in widths:
-        raise _fail(
-            file,
-            f"field token_dim is {token_dim} but the base {base.spec!r} has d={base.hidden_size}; load it on its own base",
-        )
-    from anchorlens.models.embedded import EMBEDDED_REPO
-
-    name = cfg.get("base_model_name_or_path") or ""
-    origin = base.provenance()
-    names = [base.spec, getattr(base.config, "_name_or_path", ""), origin.get("repo_id") or ""]
-    if origin.get("kind") == "embedded":
-        names.append(EMBEDDED_REPO)  # an adapter trained on the hub model runs on its embedded copy
-    known = {_model_name(n) for n in names if n}
-    if not name or _model_name(name) in known:
-        return []
-    if not allow_other_base:
-        raise _fail(
-            file,
-            f"field base_model_name_or_path names {name!r} but the base is {base.spec!r}; "
-            "load it on that base, or pass allow_other_base=True (--allow-other-base)",
-        )
-    warnings.warn(f"PEFT adapter {path} was made for {name!r}, loaded on {base.spec!r}", stacklevel=3)
-    return [{"source": str(path), "recorded": {"spec": name}, "base": {"spec": base.spec}}]
 
 
 def _prompt_tensor(path: Path):
@@ -169,7 +130,12 @@ def peft_guidances(
             raise _fail(file, f"field num_layers is {layers}; the base {base.spec!r} has {base.num_layers}")
         return [Prefix(n, kv=tensor)]
     if tensor.shape[-1] != base.hidden_size:
-        raise _fail(file, f"the prompt has width {tensor.shape[-1]}; the base {base.spec!r} has d={base.hidden_size}")
+        none = "" if cfg.get("base_model_name_or_path") else " (the adapter records no base model)"
+        raise _fail(
+            file,
+            f"the prompt has width {tensor.shape[-1]}; the base {base.spec!r} has d={base.hidden_size}{none}; "
+            "load it on its own base",
+        )
     # T5 (num_transformer_submodules=2) saves 2n rows; the encoder uses the first n.
     return [SoftPrompt(n, position="start", vectors=tensor[:n])]
 

@@ -29,7 +29,8 @@ from typing import Any
 import torch
 
 from anchorlens.errors import CheckpointError, UsageError
-from anchorlens.methods.peft_import import WEIGHTS_FILE, check_peft_base, read_adapter_json
+from anchorlens.methods.peft_base import check_peft_base
+from anchorlens.methods.peft_import import WEIGHTS_FILE, read_adapter_json
 from anchorlens.models.base import Base, fingerprint_hash
 from anchorlens.rundir import file_digest
 from anchorlens.tensorfile import check_float_tensors, load_tensors
@@ -158,7 +159,7 @@ def _check_fit(peft_model, saved: dict[str, torch.Tensor], path: Path, base: Bas
     missing = sorted({_module_of(k) for k in wanted - set(saved)})
     if not extra and not missing:
         return
-    made_for = f" (made for {recorded!r})" if recorded else ""
+    made_for = f" (made for {recorded!r})" if recorded else " (it records no base model)"
     what = (
         f"its weights name {len(extra)} module(s) the base lacks (e.g. {extra[0]})"
         if extra
@@ -170,19 +171,20 @@ def _check_fit(peft_model, saved: dict[str, torch.Tensor], path: Path, base: Bas
     )
 
 
-def _peft_error(err: Exception, path: Path, base: Base) -> CheckpointError:
-    """One line for an error PEFT raised while applying the adapter."""
+def _peft_error(err: Exception, path: Path, base: Base, recorded: str = "") -> CheckpointError:
+    """One line for an error PEFT raised while applying the adapter (``recorded``: the base it names, if any)."""
     text = " ".join(str(err).split())
+    made_for = f" (made for {recorded!r})" if recorded else " (it records no base model)"
     found = _SIZE_MISMATCH.search(text)
     if found:
         name, saved, wanted = found.groups()
         return CheckpointError(
-            f"PEFT adapter {path} does not fit the base {base.spec!r} (d={base.hidden_size}): {name} is "
+            f"PEFT adapter {path}{made_for} does not fit the base {base.spec!r} (d={base.hidden_size}): {name} is "
             f"{saved} in the adapter but {wanted} on this base; load it with the base it was trained on"
         )
     return CheckpointError(
-        f"PEFT could not apply the adapter {path} to {base.spec!r} ({text[:240]}); load it with the base it was "
-        "trained on"
+        f"PEFT could not apply the adapter {path}{made_for} to {base.spec!r} ({text[:240]}); load it with the base "
+        "it was trained on"
     )
 
 
@@ -208,15 +210,15 @@ def apply_adapter(base: Base, path: str | Path, *, merge: bool = False, allow_ot
         raise UsageError(f"PEFT adapter {path} is of type {kind}; layer adapters anchorlens applies: {INJECTED_TYPES}")
     saved = _adapter_tensors(path)
     name = cfg.get("base_model_name_or_path") if isinstance(cfg.get("base_model_name_or_path"), str) else ""
+    other = check_peft_base(cfg, base, path, allow_other_base)  # before PEFT reads the recorded base's config
     model = _weight_sharing_copy(base.model)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")  # PEFT's own notes; what matters is checked below
             peft_model: Any = PeftModel.from_pretrained(model, str(path), is_trainable=False)
     except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as err:
-        raise _peft_error(err, path, base) from None
+        raise _peft_error(err, path, base, name or "") from None
     _check_fit(peft_model, saved, path, base, name or "")
-    other = check_peft_base(cfg, base, path, allow_other_base)
     adapter_cfg = peft_model.peft_config["default"]
     params = sum(t.numel() for t in saved.values())
     facts: dict[str, Any] = {
