@@ -4,9 +4,12 @@ Every command that writes (compare, capture, evaluate, positions, sweeps, train,
 with :func:`claim_out`, before any computation. The claim
 
 - refuses an ``--out`` that is the current directory, one of its parents or ``/``; a path under a
-  file or an unwritable parent; an existing finished run unless ``force``; and a non-empty
-  directory that anchorlens did not write (no manifest, no progress marker) even with ``force``:
-  ``--force`` replaces only what anchorlens wrote;
+  file or an unwritable parent; an ``--out`` that is or holds one of the command's
+  inputs (``inputs``: a checkpoint or base directory, a data file; see :func:`check_inputs`); an
+  existing finished run unless ``force``; and a non-empty directory that anchorlens did not write
+  (no manifest, no progress marker) even with ``force``;
+- under ``force``, refuses a run folder that also holds entries anchorlens did not write (the user's
+  notes, an analysis folder): ``--force`` replaces only what anchorlens wrote (see :func:`stray_entry`);
 - holds an exclusive ``fcntl.flock`` on ``.OUT.anchorlens-lock`` beside ``OUT`` (owner pid/host
   recorded inside) for the whole run, so a second run into the same ``OUT`` is refused before it
   computes anything. The kernel drops the lock when its owner dies, so a killed run's claim is
@@ -27,7 +30,7 @@ import os
 import platform
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,7 +38,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from anchorlens.atomic import TEMP_MARK, atomic_dir, clean_stale_temps, os_errors, owner_record, scratch_dir, write_json
+from anchorlens.atomic import (
+    OWNER_FILE,
+    TEMP_MARK,
+    atomic_dir,
+    clean_stale_temps,
+    os_errors,
+    owner_record,
+    scratch_dir,
+    write_json,
+)
 from anchorlens.errors import PathError, UsageError
 
 MANIFEST = "manifest.json"
@@ -44,6 +56,20 @@ RUN_MARKER = ".anchorlens-run.json"  # an unfinished in-place run (capture, trai
 PROGRESS_DIR = ".progress"  # capture's resumable chunk states (anchorlens.runtime.shards)
 CHECKPOINTS = "checkpoints"  # training's step checkpoints (anchorlens.training.checkpointing)
 LOCK_SUFFIX = ".anchorlens-lock"
+FILES_KEY = "files"  # the manifest's list of the top-level entries the run wrote (recorded by OutClaim.atomic)
+# Every top-level entry some anchorlens command writes in its OUT (compare, capture, evaluate, positions, sweeps,
+# demo, train, reproduce, figures): what a run folder may hold when its manifest does not list its own entries
+# (in-place runs: capture, train, reproduce; runs of earlier versions; unfinished runs).
+RUN_ENTRIES = frozenset(
+    {
+        MANIFEST, RUN_MARKER, PROGRESS_DIR, CHECKPOINTS, "final", "runs", "cells", "tables", "figures",
+        "metrics.parquet", "metrics.csv", "metrics.json", "effects.parquet", "effects.csv", "facts.json",
+        "headline.csv", "paired.csv", "task_effects.csv", "evidence.csv", "maps.json", "maps.safetensors",
+        "summary.md", "summary.json", "report.html", "predictions.csv", "positions.csv", "sweep.csv",
+        "per_layer.csv", "attention_budget.png", "history.csv",
+    }
+)  # fmt: skip
+FIGURE_SUFFIXES = frozenset({".png", ".pdf", ".svg", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp"})
 
 RunState = Literal["absent", "unfinished", "finished", "foreign"]
 
@@ -99,6 +125,116 @@ def run_state(path: str | Path) -> RunState:
     return "foreign" if any(path.iterdir()) else "absent"
 
 
+def _internal(name: str) -> bool:
+    """Whether ``name`` is anchorlens bookkeeping inside any run folder (its temp files, an owner record)."""
+    return TEMP_MARK in name or name == OWNER_FILE
+
+
+def _own_entries(path: Path) -> frozenset[str] | None:
+    """The top-level names the run in ``path`` wrote: its manifest's list; None when it records none."""
+    try:
+        obj = json.loads((path / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    files = obj.get(FILES_KEY) if isinstance(obj, dict) else None
+    if isinstance(files, list) and all(isinstance(f, str) for f in files):
+        return frozenset(files) | {MANIFEST}
+    return None
+
+
+def _names(path: Path) -> list[str]:
+    """The entries of ``path`` by name, without anchorlens bookkeeping (none when it cannot be listed)."""
+    try:
+        return sorted(p.name for p in path.iterdir() if not _internal(p.name))
+    except OSError:
+        return []
+
+
+def _stray_figure(folder: Path) -> str | None:
+    """The first entry of a figures folder that is neither a figure file nor its manifest."""
+    return next((n for n in _names(folder) if n != MANIFEST and Path(n).suffix.lower() not in FIGURE_SUFFIXES), None)
+
+
+def stray_entry(path: str | Path) -> str | None:
+    """The first entry (by name) of the anchorlens run in ``path`` that the run did not write; None when none.
+
+    A run folder is the run's own when every top-level entry is one the run recorded in its manifest
+    (``files``), or, for runs that record none (in-place runs, earlier versions, unfinished runs), one that
+    some anchorlens command writes (:data:`RUN_ENTRIES`); a ``figures`` folder holds only figure files.
+
+    Why refuse rather than keep them: ``--force`` promises to replace a run, never what the user wrote.
+    Deleting the user's notes breaks that promise; keeping them beside the new results would leave notes
+    and scripts about the old results silently mixed in with new ones. Refusing, before any work, with the
+    entry to move, loses nothing and leaves the choice to the user.
+    """
+    path = Path(path)
+    names = _names(path)
+    own = _own_entries(path)
+    if own is None and path.name == "figures":
+        return _stray_figure(path)
+    allowed = RUN_ENTRIES if own is None else own | {RUN_MARKER, PROGRESS_DIR}
+    stray = next((n for n in names if n not in allowed), None)
+    if stray is None and "figures" in names and (path / "figures").is_dir():
+        inner = _stray_figure(path / "figures")
+        stray = None if inner is None else f"figures/{inner}"
+    return stray
+
+
+def _stray_error(target: Path, stray: str) -> UsageError:
+    """The refusal for a run folder holding an entry anchorlens did not write."""
+    return UsageError(
+        f"{target} holds {stray}, which anchorlens did not write; --force replaces only what anchorlens wrote: "
+        f"move {stray} out of {target}, or choose another --out"
+    )
+
+
+# ---------------------------------------------------------------------------- the command's inputs
+def local_paths(value: str | Path | None) -> list[Path]:
+    """The existing local files and folders an input argument names (absolute, resolved).
+
+    ``value`` is a path, a checkpoint spec (``DIR``, ``DIR:merge=true``, ``model=DIR``, parts joined by
+    ``+``) or a dataset (``DIR@SPLIT``); names that are not on disk (``base``, ``capsule``, hub ids,
+    ``hf:...``, ``tiny-llama``) give nothing.
+    """
+    if value is None:
+        return []
+    text = str(value).strip()
+    candidates = {text, text.rpartition("@")[0]}
+    for part in text.split("+"):
+        part = part.strip()
+        for item in (part, part.removeprefix("model=")):
+            candidates.update({item, item.partition(":")[0], item.rpartition("@")[0]})
+    found: dict[Path, None] = {}
+    for candidate in sorted(c for c in candidates if c):
+        path = Path(candidate).expanduser()
+        if path.exists():
+            found[path.resolve()] = None
+    return list(found)
+
+
+def check_inputs(out: str | Path, inputs: Iterable[str | Path | None]) -> None:
+    """Refuse an ``--out`` that is or holds one of ``inputs`` (UsageError, one line).
+
+    anchorlens replaces its ``--out`` as a whole (``--force``), so such an ``--out`` would delete what the
+    command reads: a checkpoint (``--ckpt ckq/final --out ckq``), a local base directory, a data file. An
+    ``--out`` inside an input folder (``--base . --out runs/x`` in the model's own folder) deletes nothing of it.
+    """
+    target = Path(out).expanduser().resolve()
+    for value in inputs:
+        for path in local_paths(value):
+            if target == path:
+                relation = "is"
+            elif target in path.parents:
+                relation = "holds"
+            else:
+                continue
+            named = str(value) if Path(str(value)).expanduser().resolve() == path else f"{value} ({path})"
+            raise UsageError(
+                f"--out {out} {relation} the input {named}; anchorlens replaces its --out as a whole, which "
+                "would delete or alter that input: choose an --out outside the command's inputs, e.g. --out runs/NAME"
+            )
+
+
 # ---------------------------------------------------------------------------- up-front checks
 def _check_location(target: Path) -> None:
     """Refuse the cwd / its parents / ``/``, a file, a path under a file, an unwritable parent (reads only)."""
@@ -136,6 +272,10 @@ def _check_state(target: Path, state: RunState, *, kind: str, force: bool, resum
             f"{target} holds an unfinished anchorlens run; pass --resume to continue it, --force to "
             "replace it, or choose another --out"
         )
+    if force and state in ("finished", "unfinished"):
+        stray = stray_entry(target)
+        if stray is not None:
+            raise _stray_error(target, stray)
     found = run_kind(target) if state in ("finished", "unfinished") else None
     if resume and not force and found is not None and found != kind:
         raise UsageError(
@@ -223,12 +363,16 @@ class OutClaim:
         self._fd = None
 
     def _may_replace(self, target: Path) -> bool:
-        """At rename time: replace only an empty dir or an anchorlens run (re-checked: the user may have written since)."""
-        return run_state(target) != "foreign"
+        """At rename time: replace only an empty dir or an anchorlens run holding nothing else (re-checked: the
+        user may have written since)."""
+        return run_state(target) != "foreign" and stray_entry(target) is None
 
     @contextmanager
     def atomic(self) -> Iterator[Path]:
-        """Yield a temp folder to fill; on success it replaces ``OUT`` whole, on error nothing is left."""
+        """Yield a temp folder to fill; on success it replaces ``OUT`` whole, on error nothing is left.
+
+        When the folder holds a manifest, its ``files`` records the entries written, so that a later
+        ``--force`` knows exactly which entries are the run's own (:func:`stray_entry`)."""
         if not self.held:
             raise RuntimeError(f"the claim on {self.path} was released before writing")
         with (
@@ -236,6 +380,7 @@ class OutClaim:
             os_errors(self.path, "cannot write", name_path=True),
         ):
             yield tmp  # a full disk or quota while filling it: one line naming OUT, nothing left behind
+            _record_entries(tmp)
 
     @contextmanager
     def scratch(self) -> Iterator[Path]:
@@ -273,25 +418,49 @@ class OutClaim:
         return path
 
 
+def _record_entries(folder: Path) -> None:
+    """Add the top-level entries of ``folder`` to its anchorlens manifest (when it has one)."""
+    record = folder / MANIFEST
+    if not is_manifest(record):
+        return
+    obj = json.loads(record.read_text())
+    obj[FILES_KEY] = sorted(p.name for p in folder.iterdir() if not _internal(p.name))
+    write_json(record, obj)
+
+
 def clear_run(path: Path) -> None:
-    """Remove an anchorlens run folder (refuses anything else: ``--force`` replaces only what anchorlens wrote)."""
+    """Remove an anchorlens run folder (refuses anything else: ``--force`` replaces only what anchorlens wrote,
+    so a run folder that also holds the user's entries is refused too, see :func:`stray_entry`)."""
     if run_state(path) == "foreign":
         raise UsageError(f"{path} holds no anchorlens run; refusing to delete it")
+    stray = stray_entry(path)
+    if stray is not None:
+        raise _stray_error(path, stray)
     aside = path.with_name(f".{path.name}{TEMP_MARK}old-{os.getpid()}")
     with os_errors(path, "cannot replace"):
         path.rename(aside)
         shutil.rmtree(aside)
 
 
-def claim_out(path: str | Path, *, kind: str, force: bool = False, resume: bool = False) -> OutClaim:
+def claim_out(
+    path: str | Path,
+    *,
+    kind: str,
+    force: bool = False,
+    resume: bool = False,
+    inputs: Iterable[str | Path | None] = (),
+) -> OutClaim:
     """Claim ``path`` as the ``--out`` of a ``kind`` run before computing anything (see the module doc).
 
     ``resume``: an existing anchorlens run (finished or not) may be continued in place. ``force``:
-    an existing anchorlens run may be replaced. A foreign non-empty directory is refused either way.
-    Raises UsageError / PathError (one line, exit 2).
+    an existing anchorlens run may be replaced, when it holds nothing anchorlens did not write. A
+    foreign non-empty directory is refused either way. ``inputs``: what the command reads (checkpoint
+    specs, base, data files); an ``--out`` that is or holds one is refused
+    (:func:`check_inputs`). Raises UsageError / PathError (one line, exit 2).
     """
     target = Path(path).expanduser().absolute()
     _check_location(target)
+    check_inputs(path, inputs)
     with os_errors(target.parent, "cannot create"):
         target.parent.mkdir(parents=True, exist_ok=True)
     fd = _acquire(target)
@@ -305,15 +474,31 @@ def claim_out(path: str | Path, *, kind: str, force: bool = False, resume: bool 
     return OutClaim(target, kind, state, force, fd)
 
 
-def as_claim(out: str | Path | OutClaim, *, kind: str, force: bool = False, resume: bool = False) -> OutClaim:
+def as_claim(
+    out: str | Path | OutClaim,
+    *,
+    kind: str,
+    force: bool = False,
+    resume: bool = False,
+    inputs: Iterable[str | Path | None] = (),
+) -> OutClaim:
     """``out`` when it is already a claim, else :func:`claim_out` on it (the caller then releases it)."""
-    return out if isinstance(out, OutClaim) else claim_out(out, kind=kind, force=force, resume=resume)
+    if isinstance(out, OutClaim):
+        return out
+    return claim_out(out, kind=kind, force=force, resume=resume, inputs=inputs)
 
 
 @contextmanager
-def claimed(out: str | Path | OutClaim, *, kind: str, force: bool = False, resume: bool = False) -> Iterator[OutClaim]:
+def claimed(
+    out: str | Path | OutClaim,
+    *,
+    kind: str,
+    force: bool = False,
+    resume: bool = False,
+    inputs: Iterable[str | Path | None] = (),
+) -> Iterator[OutClaim]:
     """:func:`as_claim` for a ``with`` block: a claim made here is released at its end, a given one is kept."""
-    claim = as_claim(out, kind=kind, force=force, resume=resume)
+    claim = as_claim(out, kind=kind, force=force, resume=resume, inputs=inputs)
     try:
         yield claim
     finally:

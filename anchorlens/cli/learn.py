@@ -84,7 +84,7 @@ def train(
     ] = False,
 ) -> None:
     """Train guidance parameters only (the base stays frozen); resumable; writes a checkpoint dir."""
-    claim = output.claim("train", resume=resume)
+    claim = output.claim("train", resume=resume, inputs=[model.base, *data.sources, eval_data])
     assert claim is not None  # train is never run under torchrun
     with claim:
         data.read(need_labels=True)
@@ -134,7 +134,8 @@ def evaluate(
     output: OutputOptions = OutputOptions(None),  # type: ignore[arg-type]  # no --out: print only
 ) -> None:
     """Accuracy (and the task's metrics) of a checkpoint; per-example predictions saved with --out."""
-    claim = output.claim("evaluate") if output.out is not None else None
+    reads = [ckpt, model.base, *data.sources]
+    claim = output.claim("evaluate", inputs=reads) if output.out is not None else None
     try:
         data.read(need_labels=True)
         from anchorlens.workflows.evaluate import evaluate as run_evaluate
@@ -191,7 +192,7 @@ def sweep_instance_cmd(
 ) -> None:
     """Training-free instance tokens added to a prompt-tuned checkpoint: accuracy and anchor metrics per (k, position) (paper Finding II, Fig. 2)."""
     counts = parse_ints(k, "--k")
-    claim = output.claim("sweep-instance")
+    claim = output.claim("sweep-instance", inputs=[ckpt, model.base, *data.sources])
     assert claim is not None  # sweeps are never run under torchrun
     with claim:
         data.read(need_labels=True)
@@ -258,7 +259,7 @@ def sweep_knockout_cmd(
     figures: FigureOptions = FigureOptions(),
 ) -> None:
     """Knock the anchor's keys out one layer (or --window layers) at a time: ΔNLL and Δaccuracy per layer with CIs."""
-    claim = output.claim("sweep-knockout")
+    claim = output.claim("sweep-knockout", inputs=[ckpt, model.base, *data.sources])
     assert claim is not None  # sweeps are never run under torchrun
     with claim:
         data.read()
@@ -313,7 +314,7 @@ def sweep_length_cmd(
 ) -> None:
     """Train one soft prompt per length; accuracy, parameters and time per step vs length."""
     sizes = parse_ints(lengths, "--lengths")
-    claim = output.claim("sweep-length")
+    claim = output.claim("sweep-length", inputs=[model.base, *data.sources, eval_data])
     assert claim is not None  # sweeps are never run under torchrun
     with claim, claim.scratch() as scratch:
         data.read(need_labels=True)

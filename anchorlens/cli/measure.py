@@ -20,6 +20,7 @@ from anchorlens.cli.options import (
     EvidenceOptions,
     ExactnessOptions,
     FigureOptions,
+    Inputs_,
     ModelOptions,
     OutputOptions,
     SelectionOptions,
@@ -45,7 +46,7 @@ def demo_dir() -> Path:
     return cache_root() / "demo"
 
 
-def claim_demo_out(out: Path | None, force: bool) -> tuple[OutClaim, bool]:
+def claim_demo_out(out: Path | None, force: bool, inputs: Inputs_ = ()) -> tuple[OutClaim, bool]:
     """Claim the demo's output folder before any work: (claim, whether a previous demo run there is replaced).
 
     The default folder belongs to the demo: its previous demo run is replaced, anything else in it
@@ -55,7 +56,7 @@ def claim_demo_out(out: Path | None, force: bool) -> tuple[OutClaim, bool]:
     from anchorlens.rundir import run_kind, run_state
 
     if out is not None:
-        claim = OutputOptions(out, force).claim("demo")
+        claim = OutputOptions(out, force).claim("demo", inputs=inputs)
         assert claim is not None  # the demo is never run under torchrun
         return claim, False
     target = demo_dir()
@@ -68,7 +69,7 @@ def claim_demo_out(out: Path | None, force: bool) -> tuple[OutClaim, bool]:
     kind = run_kind(target) if state in ("finished", "unfinished") else None
     if kind not in (None, "demo"):
         raise UsageError(f"{target} holds a {kind} run, not the demo's; pass --out DIR for the demo's report")
-    claim = OutputOptions(target, True).claim("demo")
+    claim = OutputOptions(target, True).claim("demo", inputs=inputs)
     assert claim is not None
     return claim, state in ("finished", "unfinished")
 
@@ -93,7 +94,7 @@ def demo(
     """Compare the base with an instance token on bundled RTE examples: where input attention goes, per layer."""
     if ckpt is not None and len(ckpt) < 2:
         raise UsageError("the demo compares at least two --ckpt (e.g. --ckpt base --ckpt instance)")
-    claim, replacing = claim_demo_out(out, force)  # before any heavy import or work
+    claim, replacing = claim_demo_out(out, force, [*(ckpt or ()), model.base, *data.sources])  # before any work
     with claim:
         inputs = data.read()
         from anchorlens.reports.demo import FIGURE, PART_NOTE, finding, per_layer_table, side_by_side, write_demo
@@ -156,7 +157,8 @@ def compare(
     """Compare 2+ checkpoints on the same inputs; writes metrics, summary.md, figures/ and report.html."""
     if len(ckpt) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
-    claim = output.claim_resuming("compare")  # exclusive, before minutes of capture (rank 0 under torchrun)
+    # exclusive, before minutes of capture (rank 0 under torchrun); never an --out touching what it reads
+    claim = output.claim_resuming("compare", [*ckpt, model.base, *data.sources])
     try:
         data.read()
         selection = select.selection()
@@ -239,7 +241,7 @@ def figures(
     """Redraw every figure of a compare run from its saved metrics and maps."""
     run_dir = input_dir(run_dir, "the compare run")
     target = OutputOptions(out or run_dir / "figures", force)
-    claim = target.claim("figures")
+    claim = target.claim("figures", inputs=[p for p in run_dir.iterdir() if p.name != "figures"])  # what it reads
     assert claim is not None  # figures is never run under torchrun
     with claim:
         from anchorlens.reports.comparison import redraw_figures
@@ -273,7 +275,7 @@ def positions(
 ) -> None:
     """Sweep the capsule/instance position; writes metrics, positions.csv, summary.md and figures/ (and
     evidence.csv with --evidence)."""
-    claim = output.claim("positions")
+    claim = output.claim("positions", inputs=[ckpt, model.base, *data.sources])
     assert claim is not None  # positions is never run under torchrun
     with claim:
         data.read()
@@ -321,6 +323,7 @@ def capture(
     Re-running the same command resumes an interrupted run; --force replaces a finished run or
     discards unfinished progress.
     """
+    output.check_inputs([ckpt, model.base, *data.sources])  # run_capture claims --out itself
     data.read()
     selection = select.selection()
     spec = evidence.spec()

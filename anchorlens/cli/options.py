@@ -21,7 +21,7 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, get_type_hints
@@ -33,6 +33,7 @@ from anchorlens.cli.values import at_least, positive, whole_number
 from anchorlens.errors import AnchorlensError, UsageError
 from anchorlens.rundir import OutClaim
 
+Inputs_ = Iterable[str | Path | None]  # what a command reads: checkpoint specs, --base, data files
 DEFAULT_BASE = "smollm2-135m"  # models.embedded.EMBEDDED_SPEC, named here so --help needs no torch
 
 Task_ = Annotated[
@@ -182,6 +183,11 @@ class DataOptions:
                 if not (at and Path(base).expanduser().is_dir()):
                     input_file(value, flag)
 
+    @property
+    def sources(self) -> tuple[str | None, str | None]:
+        """``--data`` and ``--shots-from``: the files this command reads (an --out may not touch them)."""
+        return self.data, self.shots_from
+
     def prompt(self):
         """The :class:`~anchorlens.tasks.prompts.PromptOptions` of these flags."""
         from anchorlens.tasks.prompts import PromptOptions
@@ -307,10 +313,12 @@ class OutputOptions:
         ),
     ] = False
 
-    def claim(self, kind: str, *, resume: bool = False) -> OutClaim | None:
+    def claim(self, kind: str, *, resume: bool = False, inputs: Inputs_ = ()) -> OutClaim | None:
         """Claim --out for this run before any work: one line when refused (see :func:`anchorlens.rundir.claim_out`).
 
-        Under torchrun / accelerate launch only rank 0 claims (it is the one that writes); other ranks get None.
+        ``inputs``: what the command reads (checkpoint specs, --base, --data, --shots-from, --eval); an --out
+        that is or holds one of them is refused. Under torchrun / accelerate launch only rank 0
+        claims (it is the one that writes); other ranks get None.
         """
         from anchorlens.rundir import claim_out
 
@@ -318,15 +326,21 @@ class OutputOptions:
             return None
         out = Path(self.out).expanduser()
         with os_errors(out, "cannot use --out"):
-            return claim_out(out, kind=kind, force=self.force, resume=resume)
+            return claim_out(out, kind=kind, force=self.force, resume=resume, inputs=inputs)
 
-    def claim_resuming(self, kind: str) -> OutClaim | None:
+    def check_inputs(self, inputs: Inputs_) -> None:
+        """Refuse an --out that is or holds one of ``inputs`` (for a command whose workflow claims)."""
+        from anchorlens.rundir import check_inputs
+
+        check_inputs(Path(self.out).expanduser(), inputs)
+
+    def claim_resuming(self, kind: str, inputs: Inputs_ = ()) -> OutClaim | None:
         """:meth:`claim`, except that an unfinished ``kind`` run in --out (saved chunks of a killed torchrun run)
         is continued; a finished run is still refused without --force."""
         from anchorlens.rundir import run_kind, run_state
 
         out = Path(self.out).expanduser()
-        claim = self.claim(kind, resume=run_state(out) == "unfinished" and run_kind(out) == kind)
+        claim = self.claim(kind, resume=run_state(out) == "unfinished" and run_kind(out) == kind, inputs=inputs)
         if claim is not None and claim.state == "finished" and not self.force:
             claim.release()
             raise UsageError(

@@ -134,11 +134,14 @@ def test_finished_run_is_never_overwritten_without_force(uninterrupted):
     assert snapshot(uninterrupted) == before
 
 
-def test_force_replaces_a_finished_run(tmp_path):
+def test_force_replaces_a_finished_run_but_never_a_file_the_user_put_in_it(tmp_path):
     out = capture(tmp_path / "out", n=4)
     (out / "stray.txt").write_text("x")
+    with pytest.raises(UsageError, match="holds stray.txt, which anchorlens did not write"):
+        capture(out, force=True, n=6)
+    assert (out / "stray.txt").read_text() == "x" and json.loads((out / "manifest.json").read_text())["n_examples"] == 4
+    (out / "stray.txt").unlink()
     capture(out, force=True, n=6)
-    assert not (out / "stray.txt").exists()
     assert set(pd.read_parquet(out / "metrics.parquet")["example"]) == set(range(6))
     assert json.loads((out / "manifest.json").read_text())["n_examples"] == 6
 
