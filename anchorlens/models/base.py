@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import torch
 
+from anchorlens.errors import UsageError
 from anchorlens.models.adapters import ArchAdapter
 from anchorlens.models.adapters.site import Site
 from anchorlens.roles.encoding import Encoded
@@ -159,7 +160,12 @@ class Base:
         ids = None if example_ids is None else torch.as_tensor(list(example_ids), dtype=torch.long)
         batch = encode(rendered, self.tokenizer, example_ids=ids, max_length=max_length, scheme=scheme)
         if self.is_encoder_decoder:
-            start = self.config.decoder_start_token_id
+            start = getattr(self.config, "decoder_start_token_id", None)
+            if start is None:
+                raise UsageError(
+                    f"{self.spec}: config.json has no decoder_start_token_id; set it to the token the decoder "
+                    "starts from (T5 uses its pad_token_id)"
+                )
             b = batch.batch_size
             batch.target_ids = torch.full((b, 1), int(start), dtype=torch.long)
             batch.target_mask = torch.ones((b, 1), dtype=torch.long)

@@ -10,7 +10,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 from anchorlens.devices import check_device
-from anchorlens.errors import AnchorlensError, DataError, UnknownNameError, UsageError
+from anchorlens.errors import AnchorlensError, DataError, PathError, UnknownNameError, UsageError
 from anchorlens.models.adapters import ArchAdapter, adapter_for
 from anchorlens.models.base import Base
 from anchorlens.models.embedded import EMBEDDED_SPEC, cache_problem, ensure_converted
@@ -18,6 +18,7 @@ from anchorlens.models.hub import cached_snapshot_facts, hub_config_dir, is_hub_
 from anchorlens.models.lm_class import interface_refusal, lm_auto_class
 from anchorlens.models.memory import Availability, available_bytes, check_fits
 from anchorlens.models.tiny import TINY_BASES, build_tiny
+from anchorlens.models.weights import check_weight_files, from_pretrained_whole
 
 DEFAULT_BASE = EMBEDDED_SPEC
 _DTYPES = {
@@ -103,6 +104,35 @@ def preflight(
     return config
 
 
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+)
+
+
+def _load_tokenizer(path: Path, label: str) -> Any:
+    """The tokenizer saved in ``path``; UsageError/DataError (one line) when there is none or it cannot load."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+    except AnchorlensError:
+        raise
+    except Exception as err:  # transformers' many ways of failing on tokenizer files become one line
+        if not any((path / name).is_file() for name in _TOKENIZER_FILES):
+            raise UsageError(f"no tokenizer in {label}; save one with tokenizer.save_pretrained({label!r})") from None
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise DataError(
+            f"the tokenizer in {label} does not load ({reason}); re-save it with tokenizer.save_pretrained({label!r})"
+        ) from None
+
+
 def _load_hf_dir(
     path: Path,
     dtype: torch.dtype,
@@ -116,8 +146,9 @@ def _load_hf_dir(
 
     The attention implementation is transformers' own choice (sdpa, or eager where a family needs it);
     capture switches to its sdpa-based function only when it first captures. ``available``: see :func:`preflight` (None: no memory check).
+    Damaged or missing weight files, and weights that leave part of the model randomly initialised, are refused.
     """
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     label = label or str(path)
     if (path / "config.json").is_file() and not any(path.glob("*.safetensors")):
@@ -125,6 +156,7 @@ def _load_hf_dir(
             f"{label} has no .safetensors weights; anchorlens never unpickles .bin files: convert them first"
         )
     config = preflight(path, label, dtype, "auto" if device_map == "auto" else device, available)
+    check_weight_files(path, label)
     auto = auto_class(config)
     kwargs: dict[str, Any] = dict(
         trust_remote_code=False, local_files_only=True, use_safetensors=True, attn_implementation=None, dtype=dtype
@@ -132,10 +164,12 @@ def _load_hf_dir(
     if device_map is not None:
         kwargs["device_map"] = device_map  # accelerate spreads a large base over the node's GPUs
     try:
-        model = auto.from_pretrained(path, **kwargs)
+        model = from_pretrained_whole(auto, path, label, kwargs)
+    except AnchorlensError:
+        raise
     except ValueError:
-        model = AutoModel.from_pretrained(path, **kwargs)
-    tok = AutoTokenizer.from_pretrained(path, trust_remote_code=False, local_files_only=True)
+        model = from_pretrained_whole(AutoModel, path, label, kwargs)
+    tok = _load_tokenizer(path, label)
     return model, tok
 
 
@@ -144,14 +178,26 @@ def _load_embedded(dtype: torch.dtype, device_map: str | None) -> tuple[torch.nn
     path = ensure_converted()
     try:
         model, tok = _load_hf_dir(path, dtype, device_map)
-    except AnchorlensError:
-        raise
-    except Exception:
+    except Exception as err:
+        if isinstance(err, AnchorlensError) and not isinstance(err, (DataError, PathError)):
+            raise  # the user's problem (memory, device), not damage to the files
         if cache_problem(path, None, digests=True) is None:
             raise  # the cache is what was converted: the failure is not the cache's
         path = ensure_converted(verify=True)  # same-size damage shows only in the digests
         model, tok = _load_hf_dir(path, dtype, device_map)
     return model, tok, path
+
+
+def check_decoder_start(config: Any, label: str) -> None:
+    """UsageError when an encoder-decoder config has no ``decoder_start_token_id`` (transformers refuses it too)."""
+    if not getattr(config, "is_encoder_decoder", False) or getattr(config, "decoder_start_token_id", None) is not None:
+        return
+    pad = getattr(config, "pad_token_id", None)
+    t5 = "t5" in str(getattr(config, "model_type", ""))
+    usual = f" (T5 uses its pad_token_id, {pad})" if t5 and pad is not None else ""
+    raise UsageError(
+        f"{label}: config.json has no decoder_start_token_id; set it to the token the decoder starts from{usual}"
+    )
 
 
 def load_base(
@@ -204,6 +250,7 @@ def load_base(
         if tok.eos_token is None:
             raise UsageError(f"the tokenizer of {spec!r} has neither a pad nor an eos token; add a pad token")
         tok.pad_token = tok.eos_token
+    check_decoder_start(model.config, spec)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
