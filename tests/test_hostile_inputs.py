@@ -261,7 +261,8 @@ CASES = [
     Case("one-checkpoint", ("compare", "--ckpt", "base", *TINY), r"at least two --ckpt"),
     Case("unknown-method-option", ("capture", "--ckpt", "instance:z=3", *TINY), r"unknown option 'z=3'.*valid options"),
     Case("position-beyond", ("compare", "--ckpt", "base", "--ckpt", "capsule:pos=5000", *TINY, "--n", "2"), r"beyond"),
-    Case("layers-syntax", (*COMPARE, "--layers", "x-y"), r"cannot parse --layers 'x-y'"),
+    Case("layers-syntax", (*COMPARE, "--layers", "x-y"), r"--layers 'x-y' is not a list of indices"),
+    Case("layers-reversed", (*COMPARE, "--layers", "3-1"), r"--layers 3-1 is a reversed range: write 1-3"),
     Case(
         "k-syntax",
         ("sweep", "instance", "--ckpt", "base", *TINY, "--k", "one"),

@@ -239,15 +239,10 @@ class SelectionOptions:
     heads: Annotated[str | None, typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
 
     def selection(self):
-        """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError for bad syntax."""
-        from anchorlens.capture.selection import Selection, parse_layers
+        """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError naming the flag for bad syntax."""
+        from anchorlens.capture.selection import Selection, parse_heads, parse_layers
 
-        try:
-            return Selection(layers=parse_layers(self.layers), heads=parse_layers(self.heads))
-        except ValueError:
-            raise UsageError(
-                f"cannot parse --layers {self.layers!r} / --heads {self.heads!r}; use forms like 0,2,5-8,-1"
-            ) from None
+        return Selection(layers=parse_layers(self.layers), heads=parse_heads(self.heads))
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,11 @@ def refuse_remote_code(config: dict[str, Any], label: str) -> None:
     model_type = config.get("model_type")
     if model_type in CONFIG_MAPPING:
         return  # transformers' own implementation is used even when the repo also ships code (auto_map)
+    if not model_type and "auto_map" not in config:
+        raise DataError(
+            f"config.json of {label} has no model_type, so its architecture is unknown; restore the config.json "
+            "saved with the model (save_pretrained writes model_type)"
+        )
     custom = " (its config.json points to custom code through auto_map)" if "auto_map" in config else ""
     raise UsageError(
         f"anchorlens never runs remote code; {label} has model_type {model_type!r}{custom}, which transformers "

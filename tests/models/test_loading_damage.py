@@ -170,3 +170,13 @@ def test_t5_without_a_decoder_start_token_is_refused_at_load(tmp_path):
     edit_config(path, decoder_start_token_id=None)
     line = refusal(path, tmp_path)
     assert "decoder_start_token_id" in line and "pad_token_id" in line and "TypeError" not in line
+
+
+def test_a_config_without_model_type_says_so_not_remote_code():
+    from anchorlens.errors import UsageError
+    from anchorlens.models.loading import refuse_remote_code
+
+    with pytest.raises(DataError, match=r"config.json of m has no model_type, so its architecture is unknown"):
+        refuse_remote_code({"hidden_size": 8}, "m")
+    with pytest.raises(UsageError, match=r"never runs remote code; m has model_type None \(its config.json points"):
+        refuse_remote_code({"auto_map": {"AutoConfig": "x.C"}}, "m")
