@@ -7,7 +7,8 @@ transformers model plus its tokenizer, or a PEFT prompt-learning model plus its 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -23,8 +24,9 @@ from anchorlens.analyses.evidence_table import NORM, WEIGHT, example_evidence, n
 from anchorlens.capture.certificate import Certificate, certify, require_exact
 from anchorlens.capture.collect import collect_maps, encode_batches, stream_statistics
 from anchorlens.capture.maps import AttentionMaps
+from anchorlens.capture.run import check_selection, num_heads, stack_layers
 from anchorlens.capture.selection import Selection
-from anchorlens.errors import ArgumentTypeError, UsageError
+from anchorlens.errors import ArgumentTypeError, UnknownNameError, UsageError
 from anchorlens.figures import attention_map_figure, clean_token, figure_to_png_bytes
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.spec import load_guided
@@ -127,6 +129,45 @@ def as_model(
     return load_guided(hf), hf.spec
 
 
+@contextmanager
+def kept_attention(model: Any) -> Iterator[None]:
+    """Run a capture and give the model back in the attention implementation it had (sdpa, eager...), also when the
+    capture raised: the capture switches it to anchorlens' own function, which returns no attention weights, so a
+    user's ``model(..., output_attentions=True)`` after ``inspect`` would otherwise get none."""
+    hf = getattr(model, "model", model)
+    config = getattr(hf, "config", None)
+    before = getattr(config, "_attn_implementation", None)
+    try:
+        yield
+    finally:
+        if before is not None and getattr(config, "_attn_implementation", None) != before:
+            hf.set_attn_implementation(before)
+
+
+def _flag(message: str) -> str:
+    """A Selection error worded for the Python API (``layers=`` rather than the CLI's ``--layers``)."""
+    for flag in ("layers", "heads"):
+        if message.startswith(f"--{flag} "):
+            return f"inspect(): {flag}={message[len(flag) + 3 :]}"
+    return f"inspect(): {message}"
+
+
+def checked_selection(model: Any, layers: tuple[int, ...] | None, heads: tuple[int, ...] | None) -> Selection:
+    """The Selection of ``inspect(layers=, heads=)``: UsageError for an empty tuple or an index the model lacks;
+    heads named twice (``1`` and ``-3`` of 4) are captured once, in the order first named."""
+    for what, values in (("layers", layers), ("heads", heads)):
+        if values is not None and len(values) == 0:
+            raise UsageError(f"inspect(): {what}=() selects nothing; pass None for all {what}, or e.g. {what}=(0, -1)")
+    try:
+        check_selection(model, Selection(layers=layers, heads=heads))
+    except UsageError as err:
+        raise type(err)(_flag(str(err))) from None
+    count = num_heads(model.model)
+    if heads is not None and count is not None:
+        heads = tuple(dict.fromkeys(h + count if h < 0 else h for h in heads))
+    return Selection(layers=layers, heads=heads)
+
+
 @dataclass
 class Inspection:
     """Maps and metrics of one input; in Jupyter an interactive map plus a static PNG of the same map."""
@@ -149,10 +190,42 @@ class Inspection:
         stack: str | None = None,
         scale: str = "sqrt",
     ) -> Figure:
-        """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint."""
+        """Paper-style heatmap of one layer/head (or their means), titled with the checkpoint.
+
+        ``layer``/``head``: a captured index (negative counts from the end of the model, as in ``inspect``), or
+        ``"mean"``/None for the mean over the captured ones. UsageError for one that was not captured."""
+        sm = self._stack(stack)
+        name = stack or self.maps.default_stack
+        layer = self._index("layer", layer, sm.layers, stack_layers(self.model)[0].get(name))
+        head = self._index("head", head, sm.heads, num_heads(self.model.model))
+        if scale not in ("linear", "sqrt", "log"):
+            raise UsageError(f"plot(): scale must be 'linear', 'sqrt' or 'log', got {scale!r}")
         return attention_map_figure(
             {self.checkpoint: self.maps}, stack=stack, layer=layer, head=head, scale=scale, title="Attention map"
         )
+
+    def _stack(self, stack: str | None) -> Any:
+        """The maps of ``stack`` (default: the default stack); UnknownNameError naming the captured stacks."""
+        name = stack or self.maps.default_stack
+        if name not in self.maps.stacks:
+            raise UnknownNameError(f"stack {name!r} was not captured; choose one of {', '.join(self.maps.stacks)}")
+        return self.maps[name]
+
+    @staticmethod
+    def _index(what: str, value: Any, captured: Sequence[int], size: int | None) -> int | Literal["mean"] | None:
+        """A plot's layer/head: "mean"/None as is, a negative index counted from the end of the model, and a
+        UsageError (one line, the captured indices) for anything else or an index that was not captured."""
+        if value is None or value == "mean":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ArgumentTypeError(f"plot(): {what} must be an int or 'mean', got {type(value).__name__} {value!r}")
+        index = int(value) + size if value < 0 and size is not None else int(value)
+        if index not in captured:
+            raise UsageError(
+                f"plot(): {what} {int(value)} was not captured; choose 'mean' or one of {list(captured)} "
+                f"(inspect(..., {what}s=...) chooses what is captured)"
+            )
+        return index
 
     def metrics(self, per_head: bool = False) -> pd.DataFrame:
         """Tidy metric rows (anchor mass, structural attention, entropy, role flow...) of this input, with the
@@ -160,7 +233,8 @@ class Inspection:
         if self._frame is None:
             reducers = model_reducers(self.model, self.prompts.roles, self.evidence)
             batches = encode_batches(self.model, [self.example], self.prompts, batch_size=1)
-            stream_statistics(self.model, batches, reducers, self.selection)
+            with kept_attention(self.model):
+                stream_statistics(self.model, batches, reducers, self.selection)
             self._frame = metrics_frame(reducers, anchors=self.model.anchors())
         return self._frame.copy() if per_head else average_heads(self._frame)
 
@@ -218,7 +292,9 @@ class Inspection:
 
         Mean over layers, heads and the queries that can see the key (q >= k in a causal stack).
         """
-        sm = self.maps[stack or self.maps.default_stack]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise UsageError(f"top_anchors(): k must be a whole number >= 0, got {k!r}")
+        sm = self._stack(stack)
         qk = sm.probs.float().mean(dim=(0, 1)).numpy()  # [Q, K]
         seen = np.ones(qk.shape, bool)
         if qk.shape[0] == qk.shape[1] and not np.triu(qk, 1).any():
@@ -313,11 +389,12 @@ def inspect(
     extra = parse_evidence(evidence)
     model, checkpoint = as_model(model_or_spec, tokenizer=tokenizer, base=base)
     prompts = build_prompts(spec, model.base.tokenizer, PromptOptions(chat=chat, system=system, shots=0))
-    selection = Selection(layers=layers, heads=heads)
+    selection = checked_selection(model, layers, heads)
     batch = next(encode_batches(model, [example], prompts, batch_size=1))
-    certificate = certify(model, batch, selection)
-    require_exact(certificate, name or checkpoint, allow_inexact)
-    maps = collect_maps(model, [batch], selection, max_examples=1)[0]
+    with kept_attention(model):
+        certificate = certify(model, batch, selection)
+        require_exact(certificate, name or checkpoint, allow_inexact)
+        maps = collect_maps(model, [batch], selection, max_examples=1)[0]
     return Inspection(
         model, example, prompts, maps, selection, checkpoint=name or checkpoint, certificate=certificate, evidence=extra
     )
