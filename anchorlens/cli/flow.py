@@ -18,8 +18,13 @@ def _run_roles(run: Path) -> list[str] | None:
     manifest = run / "manifest.json"
     if not manifest.is_file():
         return None
-    data = json.loads(manifest.read_text())
-    roles = data.get("roles") or data.get("facts", {}).get("roles")
+    try:
+        data = json.loads(manifest.read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise DataError(f"{manifest} is damaged (not JSON); re-run the command that wrote {run}") from None
+    if not isinstance(data, dict):
+        raise DataError(f"{manifest} is damaged (not a JSON object); re-run the command that wrote {run}")
+    roles = data.get("roles") or (data.get("facts") or {}).get("roles")
     return list(roles["names"]) if isinstance(roles, dict) and "names" in roles else None
 
 

@@ -375,6 +375,21 @@ def anchor_tokens(maps: Mapping[str, MapsInput], stack: str | None = None) -> di
     return out
 
 
+def sink_tokens(maps: Mapping[str, MapsInput], stack: str | None = None) -> dict[str, str]:
+    """The first input key token of each checkpoint's map (the sink of the decomposition: guidance keys such as an
+    ``<instance>`` token before it are skipped), cleaned; :func:`anchor_tokens` gives position 0 instead."""
+    out = {}
+    for name, m in maps.items():
+        sm, _, _ = _as_stack(m, stack)
+        names = tuple(getattr(sm, "role_names", ()) or ROLE_NAMES)
+        for token, role in zip(sm.k_tokens, _role_values(sm.k_roles)):
+            label = names[int(role)] if not isinstance(role, str) and 0 <= int(role) < len(names) else role_name(role)
+            if label not in GUIDANCE_NAMES:
+                out[str(name)] = clean_token(token)
+                break
+    return out
+
+
 def _differences(a: Sequence[int], b: Sequence[int]) -> str:
     if len(a) != len(b):
         return f"lengths {len(a)} vs {len(b)}"

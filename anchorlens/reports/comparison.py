@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -13,9 +15,8 @@ from anchorlens.analyses.frames import per_head
 from anchorlens.analyses.headline import SINK_MASS
 from anchorlens.atomic import write_json
 from anchorlens.capture.maps_io import load_maps, save_maps
-from anchorlens.errors import UsageError
+from anchorlens.errors import DataError, UsageError
 from anchorlens.figures import (
-    anchor_tokens,
     attention_map_figure,
     figure_to_png_bytes,
     head_diff_grid,
@@ -25,6 +26,7 @@ from anchorlens.figures import (
     role_flow_heatmaps,
     save_figure,
 )
+from anchorlens.figures.maps import sink_tokens
 from anchorlens.reports.bases import adapter_lines, base_sentence
 from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid, safe_stem
 from anchorlens.reports.html import grid_html, render_report
@@ -32,6 +34,8 @@ from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles,
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
 from anchorlens.workflows.compare_summaries import CURVES, figure_summaries
+
+T = TypeVar("T")
 
 DECOMPOSITION_NOTE = (
     "Input queries' attention (special + structural + content; guidance queries excluded) is split "
@@ -60,7 +64,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
                 result.curves,
                 [c.label for c in CURVES],
                 order=result.checkpoints,
-                anchors=anchor_tokens(result.maps),
+                anchors=sink_tokens(result.maps),  # the sink plotted: the first input token
                 labels={c.label: measure_label(c.metric, c.query_role, c.key_role) for c in CURVES},
             ),
         ),
@@ -261,37 +265,69 @@ def redraw_figures(
     return claim.path, len(rendered)
 
 
+REWRITE_HINT = "re-run `anchorlens compare` into a new --out to rewrite it"
+
+
+def _read_part(path: Path, read: Callable[[], T]) -> T:
+    """``read()`` of one file of a run; a damaged or truncated file is one DataError naming it and the fix."""
+    try:
+        return read()
+    except UsageError:
+        raise
+    except Exception as err:  # truncated parquet/json/safetensors, bad csv...
+        detail = " ".join(str(err).split())[:200] or type(err).__name__
+        raise DataError(f"{path}: cannot read ({detail}); {REWRITE_HINT}") from None
+
+
 def load_comparison(run_dir: str | Path) -> Comparison:
-    """Rebuild a Comparison (without its inputs) from a run directory written by ``write_comparison``."""
+    """Rebuild a Comparison (without its inputs) from a run directory written by ``write_comparison``.
+
+    A missing or damaged file is a :class:`~anchorlens.errors.DataError` (one line, exit 2) naming the file.
+    """
     run = Path(run_dir)
-    needed = ["facts.json", "headline.csv", "paired.csv", "maps.json"]
+    needed = ["facts.json", "headline.csv", "paired.csv", "maps.json", "maps.safetensors"]
     missing = [f for f in needed if not (run / f).exists()]
     metrics = next((p for p in (run / "metrics.parquet", run / "metrics.csv") if p.exists()), None)
     if not run.is_dir() or missing or metrics is None:
+        names = [*missing, *([] if metrics is not None else ["metrics.parquet"])]
         raise UsageError(
-            f"{run} is not an anchorlens compare run directory (missing {', '.join(missing) or 'metrics'})"
+            f"{run} is not an anchorlens compare run directory (missing {', '.join(names)}); "
+            "pass a directory written by `anchorlens compare`, or re-run compare to rewrite it"
         )
-    facts = json.loads((run / "facts.json").read_text())
-    read = lambda name: pd.read_csv(run / name, keep_default_na=False, na_values=[""])  # noqa: E731
+    facts = _read_part(run / "facts.json", lambda: json.loads((run / "facts.json").read_text()))
+    if not isinstance(facts, dict) or not isinstance(facts.get("checkpoints"), list):
+        raise DataError(f"{run / 'facts.json'}: no list of checkpoints; {REWRITE_HINT}")
+
+    def read(name: str) -> pd.DataFrame:
+        return _read_part(run / name, lambda: pd.read_csv(run / name, keep_default_na=False, na_values=[""]))
+
     headline, paired = read("headline.csv"), read("paired.csv")
-    for frame in (headline, paired):
+    for name, frame in (("headline.csv", headline), ("paired.csv", paired)):
+        if frame.empty or not {"checkpoint", "metric"} <= set(frame.columns):
+            raise DataError(f"{run / name}: truncated or not a compare table (no rows or columns); {REWRITE_HINT}")
         for col in ("query_role", "key_role"):
             if col in frame.columns:
                 frame[col] = frame[col].fillna("").astype(str)
     checkpoints = facts.pop("checkpoints")
-    means, curves = figure_summaries(metrics)
+    means, curves = _read_part(metrics, lambda: figure_summaries(metrics))
     effects = read("task_effects.csv") if (run / "task_effects.csv").exists() else pd.DataFrame()
-    evidence = read_evidence(run / "evidence.csv")
+    evidence = _read_part(run / "evidence.csv", lambda: read_evidence(run / "evidence.csv"))
     rows = next((p for p in (run / "effects.parquet", run / "effects.csv") if p.exists()), None)
     effect_rows = (
-        pd.DataFrame() if rows is None else pd.read_parquet(rows) if rows.suffix == ".parquet" else read(rows.name)
+        pd.DataFrame()
+        if rows is None
+        else _read_part(rows, lambda: pd.read_parquet(rows))
+        if rows.suffix == ".parquet"
+        else read(rows.name)
     )
+    _read_part(run / "maps.json", lambda: json.loads((run / "maps.json").read_text()))  # names the file that broke
+    maps = _read_part(run / "maps.safetensors", lambda: load_maps(run / "maps"))
     return Comparison(
         checkpoints,
         None,
         headline,
         paired,
-        load_maps(run / "maps"),
+        maps,
         facts,
         means=means,
         curves=curves,
