@@ -566,10 +566,10 @@ def write_manifest(folder: Path, kind: str, **kwargs: Any) -> Path:
 
 
 # ---------------------------------------------------------------------------- digests
-def file_digest(path: str | Path) -> str:
-    """SHA-256 (first 16 hex) of a file."""
+def file_digest(path: str | Path, action: str = "cannot read") -> str:
+    """SHA-256 (first 16 hex) of a file; an OS error is one line starting with ``action``."""
     h = hashlib.sha256()
-    with os_errors(path, "cannot read"), open(path, "rb") as fh:
+    with os_errors(path, action), open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()[:16]

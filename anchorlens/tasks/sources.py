@@ -19,6 +19,7 @@ from typing import Any
 
 from anchorlens.atomic import os_errors
 from anchorlens.errors import DataError, PathError, UsageError
+from anchorlens.rundir import file_digest
 
 FORMATS: dict[str, str] = {
     ".jsonl": "json",
@@ -117,19 +118,19 @@ def _one_line(err: BaseException) -> str:
     return text[:300] + ("..." if len(text) > 300 else "")
 
 
-def _open_file(source: DataSource, digest: str) -> Any:
-    """A data file through ``datasets.load_dataset`` (its builder for the format); OS errors name the file.
+def _open_file(source: DataSource) -> tuple[Any, str]:
+    """A data file through ``datasets.load_dataset`` (its builder for the format), and its content's SHA-256 (first
+    16 hex); OS errors name the file.
 
     The datasets cache keys a file's Arrow copy on its path and modification time only, so a file rewritten with
     its old time kept (``cp -p``, ``rsync -a``, ``tar x``) would be read from the stale copy: the copy anchorlens
-    reads lives under the file's content ``digest`` instead."""
+    reads lives under the file's content digest instead."""
     assert source.path is not None and source.format is not None
     path = source.path
     with os_errors(path, "cannot read --data"):
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
-        with path.open("rb") as fh:
-            fh.read(1)
+    digest = file_digest(path, "cannot read --data")
     if source.format in ("json", "csv", "text"):
         _check_text_file(path, source.format)
     datasets = _quiet_datasets()
@@ -145,7 +146,8 @@ def _open_file(source: DataSource, digest: str) -> Any:
     if path.stat().st_size == 0:
         raise DataError(f"{path}: no examples (the file is empty)")
     cache = Path(datasets_cache()) / "anchorlens" / digest
-    return datasets.load_dataset(source.format, data_files=str(path), split="train", cache_dir=str(cache), **kwargs)
+    table = datasets.load_dataset(source.format, data_files=str(path), split="train", cache_dir=str(cache), **kwargs)
+    return table, digest
 
 
 def _check_parquet_columns(path: Path) -> None:
@@ -162,17 +164,6 @@ def _check_parquet_columns(path: Path) -> None:
         raise DataError(
             f"{path}: column {repeated[0]!r} appears {names.count(repeated[0])} times; give each column its own name"
         )
-
-
-def _sha256(path: Path) -> str:
-    """The file's SHA-256 (first 16 hex); OSError as the file system raises it."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
 
 
 def _csv_as_text(header: list[str] | None, datasets: Any) -> dict[str, Any]:
@@ -342,12 +333,7 @@ def open_source(source: DataSource) -> OpenedData:
         elif source.kind == "saved":
             table = _open_saved(source)
         else:
-            assert source.path is not None
-            with os_errors(source.path, "cannot read --data"):
-                if source.path.is_dir():
-                    raise IsADirectoryError(21, "Is a directory", str(source.path))
-                digest = _sha256(source.path)
-            table = _open_file(source, digest)
+            table, digest = _open_file(source)
     except (UsageError, PathError):
         raise
     except Exception as err:  # the readers' own errors (pyarrow, pandas, json) for a malformed file
