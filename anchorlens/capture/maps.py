@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from anchorlens.errors import UnknownNameError
 from anchorlens.roles.kinds import ROLE_NAMES, Role
 
 LEARNED_SINK_TOKEN = "<learned_sink>"  # the label of the learned-sink pseudo-key column (not a token role)
@@ -63,6 +64,9 @@ class AttentionMaps:
     stacks: dict[str, StackMaps]
 
     def __getitem__(self, stack: str) -> StackMaps:
+        """The maps of one stack; UnknownNameError (a KeyError) naming the captured stacks for another."""
+        if stack not in self.stacks:
+            raise UnknownNameError(f"stack {stack!r} was not captured; captured: {', '.join(self.stacks)}")
         return self.stacks[stack]
 
     @property

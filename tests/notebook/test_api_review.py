@@ -107,3 +107,12 @@ def test_top_anchors_refuses_bad_k_and_unknown_stack(view):
     with pytest.raises(UnknownNameError, match="stack 'encoder' was not captured"):
         view.top_anchors(stack="encoder")
     assert len(view.top_anchors(2)) == 2
+
+
+def test_maps_of_a_stack_not_captured_name_the_captured_ones():
+    from anchorlens.capture.maps import AttentionMaps
+    from anchorlens.errors import UnknownNameError
+
+    maps = AttentionMaps(example_id=0, stacks={})
+    with pytest.raises(UnknownNameError, match=r"stack 'encoder' was not captured; captured: "):
+        maps["encoder"]
