@@ -62,3 +62,18 @@ def smollm2():
     from anchorlens.models.loading import load_base
 
     return load_base("smollm2-135m")
+
+
+@pytest.fixture(scope="module")
+def compare_run(tmp_path_factory) -> Path:
+    """A finished ``anchorlens compare --ckpt base --ckpt instance`` run on tiny-llama (2 examples), for tests that
+    read or redraw a run folder (a copy per test module)."""
+    from typer.testing import CliRunner
+
+    from anchorlens.cli import app
+
+    out = tmp_path_factory.mktemp("cmp") / "run"
+    args = ["compare", "--ckpt", "base", "--ckpt", "instance", "--base", "tiny-llama", "--n", "2", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return out

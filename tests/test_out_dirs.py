@@ -184,14 +184,6 @@ def test_full_disk_is_one_line_keeps_the_saved_chunks_and_the_rerun_finishes(tmp
     assert pd.read_parquet(out / "metrics.parquet")["example"].nunique() == 2
 
 
-@pytest.fixture(scope="module")
-def compare_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("cmp") / "run"
-    result = cli("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--out", str(out))
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def test_figures_write_an_atomic_folder_with_a_manifest(compare_run, tmp_path):
     from anchorlens.errors import UsageError
     from anchorlens.reports.comparison import redraw_figures

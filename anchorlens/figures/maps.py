@@ -381,12 +381,9 @@ def sink_tokens(maps: Mapping[str, MapsInput], stack: str | None = None) -> dict
     out = {}
     for name, m in maps.items():
         sm, _, _ = _as_stack(m, stack)
-        names = tuple(getattr(sm, "role_names", ()) or ROLE_NAMES)
-        for token, role in zip(sm.k_tokens, _role_values(sm.k_roles)):
-            label = names[int(role)] if not isinstance(role, str) and 0 <= int(role) < len(names) else role_name(role)
-            if label not in GUIDANCE_NAMES:
-                out[str(name)] = clean_token(token)
-                break
+        first = next((t for t, role in zip(sm.k_tokens, _roles(sm.k_roles, sm)) if role not in GUIDANCE_NAMES), None)
+        if first is not None:
+            out[str(name)] = clean_token(first)
     return out
 
 

@@ -268,15 +268,26 @@ def redraw_figures(
 REWRITE_HINT = "re-run `anchorlens compare` into a new --out to rewrite it"
 
 
-def _read_part(path: Path, read: Callable[[], T]) -> T:
-    """``read()`` of one file of a run; a damaged or truncated file is one DataError naming it and the fix."""
+def _read_part(path: Path | Callable[[], Path], read: Callable[[], T]) -> T:
+    """``read()`` of one file of a run; a damaged or truncated file is one DataError naming it (``path``, or the
+    callable that finds which file broke, asked only then) and the fix."""
     try:
         return read()
     except UsageError:
         raise
     except Exception as err:  # truncated parquet/json/safetensors, bad csv...
         detail = " ".join(str(err).split())[:200] or type(err).__name__
-        raise DataError(f"{path}: cannot read ({detail}); {REWRITE_HINT}") from None
+        where = path() if callable(path) else path
+        raise DataError(f"{where}: cannot read ({detail}); {REWRITE_HINT}") from None
+
+
+def _broken_maps_file(run: Path) -> Path:
+    """The maps file to name if the maps fail to load: ``maps.json`` when it is not JSON, else the tensors."""
+    try:
+        json.loads((run / "maps.json").read_text())
+    except (OSError, ValueError):
+        return run / "maps.json"
+    return run / "maps.safetensors"
 
 
 def load_comparison(run_dir: str | Path) -> Comparison:
@@ -320,8 +331,7 @@ def load_comparison(run_dir: str | Path) -> Comparison:
         if rows.suffix == ".parquet"
         else read(rows.name)
     )
-    _read_part(run / "maps.json", lambda: json.loads((run / "maps.json").read_text()))  # names the file that broke
-    maps = _read_part(run / "maps.safetensors", lambda: load_maps(run / "maps"))
+    maps = _read_part(lambda: _broken_maps_file(run), lambda: load_maps(run / "maps"))
     return Comparison(
         checkpoints,
         None,

@@ -17,14 +17,6 @@ def cli(*args: str):
     return CliRunner().invoke(app, list(args))
 
 
-@pytest.fixture(scope="module")
-def compare_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("cmp") / "run"
-    result = cli("compare", "--ckpt", "base", "--ckpt", "instance", *TINY, "--n", "2", "--out", str(out))
-    assert result.exit_code == 0, result.output
-    return out
-
-
 def _damaged(compare_run: Path, tmp_path: Path, name: str, mode: str) -> Path:
     run = tmp_path / "run"
     shutil.copytree(compare_run, run)

@@ -14,6 +14,7 @@ the model with one line naming the reason.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -424,13 +425,11 @@ def _refuse_shared_modules(model_type: str, records: ProbeRecords, names: dict[i
     ALBERT runs one shared layer (and its one attention module) for every layer: a capture hooks modules, so the
     calls would land on one site, and eager returns one map per call. Anchorlens cannot tell such layers apart.
     """
-    counts: dict[int, int] = {}
-    for record in records.attention:
-        counts[id(record.module)] = counts.get(id(record.module), 0) + 1
-    for record in records.attention:
-        calls = counts[id(record.module)]
+    modules = {id(record.module): record.module for record in records.attention}
+    counts = Counter(id(record.module) for record in records.attention)
+    for key, calls in counts.items():
         if calls > 1:
-            path = names.get(id(record.module), type(record.module).__name__)
+            path = names.get(key, type(modules[key]).__name__)
             raise UsageError(
                 f"{model_type} reuses one attention module ({path}) for {calls} attention calls in one forward "
                 "(layers that share weights); anchorlens needs one attention module per layer, so it cannot "
