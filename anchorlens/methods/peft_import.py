@@ -14,16 +14,9 @@ from typing import Any
 
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_base import CONFIG_FILE, check_peft_base
+from anchorlens.methods.peft_files import INJECTED_TYPES, PEFT_TYPES, WEIGHTS_FILE, read_adapter_json
+from anchorlens.methods.peft_files import is_peft_dir as is_peft_dir  # spec.py reads it here
 from anchorlens.tensorfile import check_float_tensors, load_tensors
-
-WEIGHTS_FILE = "adapter_model.safetensors"
-PEFT_TYPES = ("PROMPT_TUNING", "P_TUNING", "PREFIX_TUNING")
-
-
-def is_peft_dir(path: str | Path) -> bool:
-    """True when ``path`` holds a PEFT ``adapter_config.json``."""
-    return (Path(path).expanduser() / CONFIG_FILE).is_file()
-
 
 _INT_FIELDS = ("num_virtual_tokens", "token_dim", "num_layers", "num_transformer_submodules", "num_attention_heads")
 
@@ -32,24 +25,8 @@ def _fail(file: Path, message: str) -> CheckpointError:
     return CheckpointError(f"{file}: {message}")
 
 
-def read_adapter_json(path: str | Path) -> dict[str, Any]:
-    """The adapter's ``adapter_config.json`` as a dict; CheckpointError naming the file when absent or malformed."""
-    file = Path(path).expanduser() / CONFIG_FILE
-    if not file.is_file():
-        raise CheckpointError(f"{path} is not a PEFT adapter directory (no {CONFIG_FILE})")
-    try:
-        cfg = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise _fail(file, f"not valid JSON ({str(err).splitlines()[0]})") from None
-    if not isinstance(cfg, dict):
-        raise _fail(file, f"must hold a JSON object; got {type(cfg).__name__}")
-    return cfg
-
-
 def read_peft_config(path: str | Path) -> dict[str, Any]:
     """The adapter's validated config; CheckpointError naming the file and field when absent, malformed or unsupported."""
-    from anchorlens.methods.peft_lora import INJECTED_TYPES
-
     file = Path(path).expanduser() / CONFIG_FILE
     cfg = read_adapter_json(path)
     kind = cfg.get("peft_type")

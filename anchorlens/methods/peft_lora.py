@@ -30,24 +30,17 @@ import torch
 
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_base import check_peft_base
-from anchorlens.methods.peft_import import WEIGHTS_FILE, read_adapter_json
+from anchorlens.methods.peft_files import INJECTED_TYPES, WEIGHTS_FILE, adapter_type, is_peft_dir, read_adapter_json
 from anchorlens.models.base import Base, fingerprint_hash
 from anchorlens.rundir import file_digest
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
 # PEFT types injected into the base's layers and tested against PEFT's own forward (DoRA is LORA with use_dora)
-INJECTED_TYPES = ("LORA", "IA3", "LOHA", "LOKR")
 DIRECTORY_OPTIONS = ("merge",)
 _SIZE_MISMATCH = re.compile(
     r"size mismatch for (\S+?):.*?shape torch\.Size\((\[[^\]]*\])\).*?current model is torch\.Size\((\[[^\]]*\])\)"
 )
 _TRUE, _FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
-
-
-def adapter_type(path: str | Path) -> str:
-    """The adapter's ``peft_type`` (upper case; ``?`` when absent)."""
-    kind = read_adapter_json(path).get("peft_type")
-    return kind.upper() if isinstance(kind, str) else "?"
 
 
 def is_injected(path: str | Path) -> bool:
@@ -57,8 +50,6 @@ def is_injected(path: str | Path) -> bool:
 
 def parse_directory_options(path: str | Path, text: str, original: str) -> bool:
     """``merge=true`` (the only directory option, for LoRA-family adapters) -> whether to merge; UsageError else."""
-    from anchorlens.methods.peft_import import is_peft_dir
-
     if not (is_peft_dir(path) and is_injected(path)):
         raise UsageError(
             f"{original!r}: only a LoRA-family PEFT adapter directory ({', '.join(INJECTED_TYPES)}) takes options "
