@@ -308,7 +308,9 @@ def _acquire(target: Path) -> int:
     lock = lock_path(target)
     with os_errors(lock, "cannot claim"):
         for _ in range(10):
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+            if lock.is_symlink():  # never write through a link planted where the lock goes
+                raise PathError(f"cannot claim {target}: its lock file {lock} is a symbolic link; remove it and rerun")
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -458,7 +460,7 @@ def claim_out(
     specs, base, data files); an ``--out`` that is or holds one is refused
     (:func:`check_inputs`). Raises UsageError / PathError (one line, exit 2).
     """
-    target = Path(path).expanduser().absolute()
+    target = Path(os.path.realpath(Path(path).expanduser()))  # one lock per folder, however a link names it
     _check_location(target)
     check_inputs(path, inputs)
     with os_errors(target.parent, "cannot create"):

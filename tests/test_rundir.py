@@ -133,6 +133,28 @@ def test_second_claim_is_refused_while_the_first_holds_it(tmp_path):
     claim_out(out, kind="compare").release()
 
 
+def test_a_lock_file_planted_as_a_symlink_is_refused_and_its_target_kept(tmp_path):
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_text("chapter 1")
+    out = tmp_path / "d" / "run"
+    out.parent.mkdir()
+    lock_path(out).symlink_to(thesis)
+    with pytest.raises(PathError, match=r"lock file .* is a symbolic link; remove it"):
+        claim_out(out, kind="compare")
+    assert thesis.read_text() == "chapter 1"
+    assert not out.exists()
+
+
+def test_one_folder_named_through_a_symlink_takes_the_same_lock(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    first = claim_out(tmp_path / "real" / "run", kind="compare")
+    with pytest.raises(UsageError, match="being written by another anchorlens run"):
+        claim_out(tmp_path / "alias" / "run", kind="compare")
+    first.release()
+    claim_out(tmp_path / "alias" / "run", kind="compare").release()
+
+
 def test_claim_and_temp_folder_of_a_killed_run_are_taken_over(tmp_path):
     out = tmp_path / "run"
     script = textwrap.dedent(f"""
