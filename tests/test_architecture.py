@@ -19,7 +19,7 @@ LAYERS = [
     {"evaluation"},
     {"training", "runtime"},
     {"workflows"},
-    {"figures"},
+    {"figures", "views"},
     {"reports"},
     {"notebook"},
     {"cli", "__main__", "__init__"},

@@ -1,162 +1,88 @@
-"""Offline HTML view of an attention map: a <canvas> drawn by inline JS, plus a static PNG fallback.
+"""What a notebook shows for attention maps: the interactive view of :mod:`anchorlens.views`, plus a static PNG.
 
-No CDN, no network, no Jupyter extension. Where scripts run (a trusted notebook, a browser) the
-canvas replaces the static image and offers layer (default: mean over layers), head (default: mean
-over heads) and colour scale (linear / sqrt / log) selectors, a colour bar and hover values. Where
-scripts are stripped (a saved or untrusted notebook, GitHub, nbconvert) the static PNG stays.
-
-Values travel as base64 uint16 on one scale shared by every view (sqrt-coded, so values down to
-~1e-9 of the largest stay non-zero); masked cells (the causal upper triangle) are sent as a flag and
-drawn hatched grey, never as a colour of the scale.
+No CDN, no network, no Jupyter extension. Where scripts run (a trusted notebook, a browser) the view replaces
+the static image: a layer x head thumbnail grid to pick or combine heads, the map on a named colour scale,
+hover a token to highlight its attention in and out, the text coloured by attention, and with two checkpoints
+their difference. Where scripts are stripped (a saved or untrusted notebook, GitHub, nbconvert) the static PNG
+stays, inside the HTML and as the bundle's ``image/png``.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import json
-import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
-import torch
+from anchorlens.capture.maps import AttentionMaps, StackMaps
+from anchorlens.figures.maps import attention_map_figure
+from anchorlens.figures.save import figure_to_png_bytes
+from anchorlens.views.page import MapsArg, attention_view_html, stacks_of
+from anchorlens.views.payload import MAX_BYTES
 
-from anchorlens.capture.maps import StackMaps
-from anchorlens.figures._roles import role_palette
-from anchorlens.figures._style import MAP_CMAP, clean_token
-
-CODE_MAX = 65535
-LOG_FLOOR = 1e-4  # the log scale spans [max * LOG_FLOOR, max]
-
-_JS = r"""
-(function(){
- const root=document.getElementById(ROOT), D=DATA;
- const raw=Uint8Array.from(atob(D.b64),c=>c.charCodeAt(0)), codes=new Uint16Array(raw.buffer);
- const Q=D.q.length,K=D.k.length,NL=D.layers.length+1,NH=D.heads.length+1;
- const cell=Math.max(3,Math.min(16,Math.floor(560/Math.max(Q,K)))), pad=D.pad;
- const cv=root.querySelector('canvas'), ctx=cv.getContext('2d'), tip=root.querySelector('.al-tip');
- const cb=root.querySelector('.al-cbar'), cbx=cb.getContext('2d');
- root.querySelector('.al-static').style.display='none'; root.querySelector('.al-live').style.display='block';
- cv.width=pad+K*cell+10; cv.height=pad+Q*cell+10;
- const L=root.querySelector('.al-layer'), H=root.querySelector('.al-head'), S=root.querySelector('.al-scale');
- const hatch=(()=>{const p=document.createElement('canvas');p.width=p.height=6;const c=p.getContext('2d');
-  c.fillStyle='#e4e4e4';c.fillRect(0,0,6,6);c.strokeStyle='#b0b0b0';c.beginPath();c.moveTo(0,6);c.lineTo(6,0);c.stroke();
-  return ctx.createPattern(p,'repeat');})();
- function value(off,i){const c=codes[off+i]/D.code_max; return c*c*D.vmax;}
- function frac(v){const s=S.value; if(v<=0) return 0;
-  if(s==='linear') return v/D.vmax; if(s==='sqrt') return Math.sqrt(v/D.vmax);
-  const lo=D.vmax*D.log_floor; return Math.max(0,Math.min(1,Math.log(v/lo)/Math.log(D.vmax/lo)));}
- function lut(t){const n=D.lut.length; return D.lut[Math.min(n-1,Math.max(0,Math.round(t*(n-1))))];}
- function masked(q,k){return D.causal&&k>q;}
- function colorbar(){const w=cb.width,h=cb.height,bar=h-20;cbx.clearRect(0,0,w,h);
-  for(let y=0;y<bar;y++){cbx.fillStyle=lut(1-y/(bar-1));cbx.fillRect(0,y+8,14,1);}
-  cbx.fillStyle='#222';cbx.font='11px sans-serif';cbx.textBaseline='middle';
-  const s=S.value, lo=s==='log'?D.vmax*D.log_floor:0;
-  const ticks=s==='log'?[lo,Math.sqrt(lo*D.vmax),D.vmax]:s==='sqrt'?[0,D.vmax/16,D.vmax/4,D.vmax]:[0,D.vmax/2,D.vmax];
-  for(const t of ticks){const y=8+(1-frac(Math.max(t,1e-30)))*(bar-1);cbx.fillRect(14,y,4,1);
-   cbx.fillText((s==='log'||t===0)?t.toPrecision(2):t.toFixed(3),21,y);}
-  cbx.fillStyle='#b0b0b0';cbx.fillRect(0,h-8,14,8);cbx.fillStyle='#222';cbx.fillText('masked',21,h-4);}
- function draw(){
-  const off=((+L.value)*NH+(+H.value))*Q*K;
-  ctx.fillStyle='#fff'; ctx.fillRect(0,0,cv.width,cv.height);
-  for(let q=0;q<Q;q++)for(let k=0;k<K;k++){
-   ctx.fillStyle=masked(q,k)?hatch:lut(frac(value(off,q*K+k)));ctx.fillRect(pad+k*cell,pad+q*cell,cell,cell);}
-  ctx.font=Math.max(7,Math.min(11,cell))+'px sans-serif'; ctx.textAlign='right'; ctx.textBaseline='middle';
-  const step=Math.max(1,Math.ceil(9/cell));
-  for(let q=0;q<Q;q+=step){ctx.fillStyle=D.colors[D.q[q][1]];ctx.fillText(D.q[q][0],pad-3,pad+q*cell+cell/2);}
-  for(let k=0;k<K;k+=step){ctx.save();ctx.translate(pad+k*cell+cell/2,pad-3);ctx.rotate(-Math.PI/2);ctx.textAlign='left';
-   ctx.fillStyle=D.colors[D.k[k][1]];ctx.fillText(D.k[k][0],0,0);ctx.restore();}
-  colorbar();
- }
- cv.addEventListener('mousemove',e=>{const r=cv.getBoundingClientRect();const k=Math.floor((e.clientX-r.left-pad)/cell),q=Math.floor((e.clientY-r.top-pad)/cell);
-  if(q<0||k<0||q>=Q||k>=K){tip.textContent='';return;} const off=((+L.value)*NH+(+H.value))*Q*K;
-  tip.textContent=D.q[q][0]+' → '+D.k[k][0]+': '+(masked(q,k)?'masked':value(off,q*K+k).toPrecision(3));});
- L.onchange=draw; H.onchange=draw; S.onchange=draw; draw();
-})();
-"""
+STATIC_DPI = 90  # the static PNG: readable, a few hundred KB at most
 
 
-def _lut(n: int = 128) -> list[str]:
-    """The figures' colour map (low = light, high = dark) as CSS hex strings."""
-    import seaborn  # noqa: F401  (registers mako_r)
-    from matplotlib import colormaps
-
-    cmap = colormaps[MAP_CMAP]
-    return ["#" + "".join(f"{int(255 * c):02x}" for c in cmap(i / (n - 1))[:3]) for i in range(n)]
+def widget_html(maps: StackMaps | AttentionMaps, title: str = "", fallback_png: bytes | None = None) -> str:
+    """HTML of the interactive view of one checkpoint's ``maps``, showing ``fallback_png`` until a script runs."""
+    return attention_view_html(maps, title=title, fallback_png=fallback_png)
 
 
-def views(probs: torch.Tensor) -> np.ndarray:
-    """[L+1, H+1, Q, K] from probs [L, H, Q, K]: every layer and head, plus head means (last head
-    slot) and layer means (last layer slot)."""
-    p = probs.double()
-    with_heads = torch.cat([p, p.mean(dim=1, keepdim=True)], dim=1)
-    return torch.cat([with_heads, with_heads.mean(dim=0, keepdim=True)], dim=0).numpy()
+def static_png(maps: Mapping[str, StackMaps], dpi: int = STATIC_DPI) -> bytes:
+    """PNG of the mean map over layers and heads, one panel per checkpoint (what a saved notebook shows)."""
+    return figure_to_png_bytes(attention_map_figure(dict(maps), layer="mean", head="mean"), dpi=dpi)
 
 
-def encode(values: np.ndarray) -> tuple[np.ndarray, float]:
-    """(uint16 codes, vmax): one shared scale, sqrt-coded (value = (code / CODE_MAX)^2 * vmax)."""
-    vmax = float(values.max()) if values.size and values.max() > 0 else 1.0
-    codes = np.round(np.sqrt(np.clip(values, 0.0, None) / vmax) * CODE_MAX).astype("<u2")
-    return codes, vmax
+@dataclass
+class AttentionView:
+    """An interactive view of one example's maps from one or more checkpoints; displays itself in Jupyter.
+
+    ``maps``: checkpoint name -> ``AttentionMaps``/``StackMaps`` of the same example (e.g. ``Comparison.maps``)
+    or one of them. The bundle holds ``text/html`` (the view, with the static PNG inside for renderers that strip
+    scripts), ``image/png`` (the same static map) and ``text/plain``."""
+
+    maps: MapsArg
+    stack: str | None = None
+    title: str = ""
+    max_bytes: int = MAX_BYTES
+    layers: Sequence[int] | None = None
+    _png: bytes | None = field(default=None, repr=False)
+
+    def stacks(self) -> dict[str, StackMaps]:
+        """checkpoint name -> the maps shown."""
+        return stacks_of(self.maps, self.stack)
+
+    def static_png(self) -> bytes:
+        """The static PNG (cached)."""
+        if self._png is None:
+            self._png = static_png(self.stacks())
+        return self._png
+
+    def _repr_html_(self) -> str:
+        return attention_view_html(
+            self.stacks(),
+            title=self.title,
+            fallback_png=self.static_png(),
+            max_bytes=self.max_bytes,
+            layers=self.layers,
+        )
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        stacks = self.stacks()
+        first = next(iter(stacks.values()))
+        text = (
+            f"AttentionView of {', '.join(n or 'maps' for n in stacks)}: {len(first.q_tokens)} x {len(first.k_tokens)} "
+            f"tokens, {len(first.layers)} layers x {len(first.heads)} heads"
+        )
+        return {"text/html": self._repr_html_(), "image/png": self.static_png(), "text/plain": text}
 
 
-def decode(codes: np.ndarray, vmax: float) -> np.ndarray:
-    """Inverse of :func:`encode` (what the browser shows)."""
-    return (codes.astype(np.float64) / CODE_MAX) ** 2 * vmax
-
-
-def is_causal(probs: torch.Tensor) -> bool:
-    """True when every map is square with an all-zero strict upper triangle (a causal mask)."""
-    q, k = probs.shape[-2:]
-    return q == k and q > 1 and not torch.triu(probs, diagonal=1).any().item()
-
-
-def widget_html(maps: StackMaps, title: str = "", fallback_png: bytes | None = None) -> str:
-    """HTML with an inline-JS canvas view of ``maps`` and, shown until a script runs, ``fallback_png``."""
-    v = views(maps.probs)
-    codes, vmax = encode(v)
-    palette = role_palette(maps.role_names)  # the figures' colours: fixed for built-ins, fallback for task roles
-    data = {
-        "b64": base64.b64encode(codes.tobytes()).decode("ascii"),
-        "code_max": CODE_MAX,
-        "vmax": vmax,
-        "log_floor": LOG_FLOOR,
-        "causal": is_causal(maps.probs),
-        "layers": list(maps.layers),
-        "heads": list(maps.heads),
-        "q": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.q_tokens, maps.q_roles.tolist())],
-        "k": [[clean_token(t, mathtext=False), int(r)] for t, r in zip(maps.k_tokens, maps.k_roles.tolist())],
-        "colors": [palette[name] for name in maps.role_names],
-        "lut": _lut(),
-        "pad": 8 + 6 * max(len(clean_token(t, mathtext=False)) for t in [*maps.q_tokens, *maps.k_tokens, "x"]),
-    }
-    root = f"al-{uuid.uuid4().hex[:10]}"
-    n_layers, n_heads = len(maps.layers), len(maps.heads)
-    layers = "".join(f"<option value='{i}'>layer {layer}</option>" for i, layer in enumerate(maps.layers))
-    layers += f"<option value='{n_layers}' selected>mean over layers</option>"
-    heads = "".join(f"<option value='{i}'>head {h}</option>" for i, h in enumerate(maps.heads))
-    heads += f"<option value='{n_heads}' selected>mean over heads</option>"
-    scales = "".join(f"<option{' selected' if s == 'sqrt' else ''}>{s}</option>" for s in ("linear", "sqrt", "log"))
-    present = sorted({*maps.q_roles.tolist(), *maps.k_roles.tolist()})
-    legend = " ".join(
-        f"<span style='color:{palette[maps.role_names[i]]};font-weight:600'>■ {html.escape(maps.role_names[i])}</span>"
-        for i in present
-    )
-    static = ""
-    if fallback_png is not None:
-        src = base64.b64encode(fallback_png).decode("ascii")
-        static = f"<img alt='{html.escape(title)} (static)' src='data:image/png;base64,{src}' style='max-width:100%'>"
-    payload = json.dumps(data).replace("</", "<\\/")  # no early </script>
-    script = _JS.replace("ROOT", json.dumps(root)).replace("DATA", payload)
-    return (
-        f"<div id='{root}' style='font-family:sans-serif;font-size:12px'>"
-        f"<div><b>{html.escape(title)}</b></div>"
-        f"<div class='al-static'>{static}</div>"
-        f"<div class='al-live' style='display:none'>"
-        f"<div>queries on rows, keys on columns · <select class='al-layer'>{layers}</select> "
-        f"<select class='al-head'>{heads}</select> scale <select class='al-scale'>{scales}</select> "
-        f"· one colour scale for every layer and head (0 – {vmax:.3g})</div>"
-        f"<div>{legend}</div><div style='display:flex;align-items:flex-start;gap:8px'><canvas></canvas>"
-        f"<canvas class='al-cbar' width='70' height='260'></canvas></div>"
-        f"<div class='al-tip' style='height:1.2em;color:#333'></div></div>"
-        f"<script>{script}</script></div>"
-    )
+def view(
+    maps: MapsArg,
+    *,
+    stack: str | None = None,
+    title: str = "",
+    max_bytes: int = MAX_BYTES,
+    layers: Sequence[int] | None = None,
+) -> AttentionView:
+    """The notebook's interactive view of ``maps`` (see :class:`AttentionView`)."""
+    return AttentionView(maps, stack=stack, title=title, max_bytes=max_bytes, layers=layers)

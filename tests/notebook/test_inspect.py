@@ -1,9 +1,8 @@
-"""inspect(): HF model + tokenizer and PEFT inputs, short text repr, static PNG in the bundle, shared-scale widget."""
+"""inspect(): HF model + tokenizer and PEFT inputs, short text repr, static PNG in the bundle, shared-scale view."""
 
 from __future__ import annotations
 
 import base64
-import json
 import re
 
 import numpy as np
@@ -13,7 +12,9 @@ import torch
 from anchorlens.models.loading import load_base
 from anchorlens.models.tiny import build_tiny
 from anchorlens.notebook.inspect import inspect
-from anchorlens.notebook.widget import decode, encode, views, widget_html
+from anchorlens.notebook.widget import AttentionView, view, widget_html
+from anchorlens.views.data import decode_full
+from tests.views.synth import assert_decoded, embedded_data
 
 TEXT = "The cat sat on the mat. It was warm."
 
@@ -73,27 +74,42 @@ def test_bundle_has_static_png_and_html_with_fallback(base_view):
     img = re.search(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", html)
     assert img and base64.b64decode(img.group(1)) == bundle["image/png"]
     assert "tiny-llama" in html  # checkpoint named in the title
-    assert "<option value='4' selected>mean over layers</option>" in html  # opens on the layer mean
     assert "<option selected>sqrt</option>" in html and "<option>log</option>" in html
+    assert "alv-thumbs" in html and "alv-text" in html  # the interactive view, shown where scripts run
 
 
 def test_widget_one_shared_scale_and_masked_flag(base_view):
     sm = base_view.maps["decoder"]
-    v = views(sm.probs)
-    L, H = len(sm.layers), len(sm.heads)
-    assert v.shape[:2] == (L + 1, H + 1)
-    np.testing.assert_allclose(v[L, H], sm.probs.double().mean(dim=(0, 1)).numpy(), atol=1e-12)
-    codes, vmax = encode(v)
-    assert vmax == pytest.approx(float(v.max()))
-    back = decode(codes, vmax)
-    # shared scale: tiny but non-zero values stay non-zero, relative error small everywhere that matters
-    nz = v > vmax * 1e-8
-    assert (codes[nz] > 0).all()
-    np.testing.assert_allclose(back[v > vmax * 1e-3], v[v > vmax * 1e-3], rtol=2e-3)
+    data = embedded_data(widget_html(sm))
+    (c,) = data["checkpoints"]
+    assert c["causal"] is True and data["vmax"] == pytest.approx(float(sm.probs.max()))
+    n = len(sm.q_tokens)
+    tri = np.tril(np.ones((n, n), bool))
+    shown = decode_full(c["full"]["all"], (n, n), data["vmax"], True)  # the view opens on the mean over all
+    assert np.isnan(shown[~tri]).all()  # masked cells are not values
+    assert_decoded(shown[tri], sm.probs.double().mean(dim=(0, 1)).numpy()[tri], data["vmax"])
+    for i in range(len(sm.layers)):  # every head of every layer, on the same scale
+        assert_decoded(
+            decode_full(c["full"][f"L{i}H0"], (n, n), data["vmax"], True)[tri],
+            sm.probs[i, 0].double().numpy()[tri],
+            data["vmax"],
+        )
     html = widget_html(sm)
-    data = json.loads(re.search(r'const root=document.getElementById\("[^"]+"\), D=(\{.*?\});\n', html, re.S).group(1))
-    assert data["causal"] is True and data["vmax"] == pytest.approx(vmax)
     assert "<script src" not in html and "http" not in html
+
+
+def test_view_of_two_checkpoints_has_png_fallback_and_diff_data(base_view):
+    maps = {"a": base_view.maps, "b": base_view.maps}
+    shown = view(maps, title="two")
+    assert isinstance(shown, AttentionView)
+    bundle = shown._repr_mimebundle_()
+    assert bundle["image/png"].startswith(b"\x89PNG") and "data:image/png;base64," in bundle["text/html"]
+    data = embedded_data(bundle["text/html"])
+    assert [c["name"] for c in data["checkpoints"]] == ["a", "b"]
+    pair = data["pairs"]["0,1"]
+    n = len(base_view.maps["decoder"].q_tokens)
+    assert pair["qa"] == pair["qb"] == list(range(n))  # the same tokens: every position has its counterpart
+    assert "two" in bundle["text/plain"] or "a, b" in bundle["text/plain"]
 
 
 def test_inspect_certifies_its_input_and_shows_it():
