@@ -15,11 +15,28 @@ from anchorlens.analyses.stats import (
     paired_array_stats,
     paired_differences,
     paired_summary,
+    rounding_only,
     summarize,
 )
+from anchorlens.analyses.tolerance import metric_tolerances
 from anchorlens.heap import release_free_memory
 
-_STAT_COLUMNS = ["n", "mean_baseline", "mean_checkpoint", "diff", "ci_lo", "ci_hi", "p_value", "q_value", "significant"]
+_STAT_COLUMNS = [
+    "n",
+    "mean_baseline",
+    "mean_checkpoint",
+    "diff",
+    "ci_lo",
+    "ci_hi",
+    "p_value",
+    "q_value",
+    "significant",
+    "max_abs_diff",
+    "tolerance",
+    "within_tolerance",
+]
+# max_abs_diff: the largest per-example |Δ|; within_tolerance: it is within the metric's rounding tolerance in the
+# run's dtype (anchorlens.analyses.tolerance), so the difference is rounding: p_value and q_value NaN, not significant
 # ci_lo/ci_hi: CI of the row's own mean; diff_lo/diff_hi: CI of its paired difference to the first checkpoint
 _HEADLINE_COLUMNS = [
     "name",
@@ -39,7 +56,13 @@ _HEADLINE_COLUMNS = [
     "p_value",
     "q_value",
     "fixed",
+    "max_abs_diff",
+    "tolerance",
+    "within_tolerance",
+    "constant",
 ]
+# fixed: the causal mask's reason when the mask fixes the metric; constant: every example has the same value (its
+# range within the tolerance), so ci_lo/ci_hi have no width worth reading: the value is fixed, not estimated
 
 
 def _add_q_values(df: pd.DataFrame, alpha: float, family: Sequence[str]) -> pd.DataFrame:
@@ -143,7 +166,8 @@ def _block_stats(
 ) -> dict[str, np.ndarray] | None:
     """Paired statistics of blocks of (cell ids [c], checkpoint values [c, N], baseline values [c, N]), concatenated:
     id, n, mean_a, mean_b, diff, lo, hi, p per cell (None when no block came)."""
-    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p")}
+    keys = ("id", "n", "mean_a", "mean_b", "diff", "lo", "hi", "p", "max_abs")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in keys}
     for ids, a, b in blocks:
         diff = a - b
         n, mean, lo, hi, p = paired_array_stats(diff, n_boot, n_perm, ci, seed)
@@ -151,6 +175,8 @@ def _block_stats(
         with np.errstate(invalid="ignore", divide="ignore"):  # sums over the paired values, without copies
             cols["mean_a"].append(a.sum(1, where=ok) / n)
             cols["mean_b"].append(b.sum(1, where=ok) / n)
+        np.abs(diff, out=diff)
+        cols["max_abs"].append(np.where(n > 0, diff.max(1, where=ok, initial=0.0), np.nan))
         del diff, ok
         for k, v in (("id", ids), ("n", n), ("diff", mean), ("lo", lo), ("hi", hi), ("p", p)):
             cols[k].append(v)
@@ -167,9 +193,10 @@ def _spill_blocks(spill: CellSpill, name: str, baseline: str) -> Iterator[tuple[
 
 
 def _with_stats(
-    cells: pd.DataFrame, name: str, baseline: str, got: dict[str, np.ndarray], keep: np.ndarray
+    cells: pd.DataFrame, name: str, baseline: str, got: dict[str, np.ndarray], keep: np.ndarray, dtype: object
 ) -> pd.DataFrame:
-    """``cells`` (one row per kept cell) with the checkpoint, baseline and the paired statistics of ``got``."""
+    """``cells`` (one row per kept cell) with the checkpoint, baseline and the paired statistics of ``got``; a cell
+    whose every |Δ| is within its metric's tolerance in ``dtype`` is rounding: p_value NaN (out of BH)."""
     cells.insert(0, "checkpoint", name)
     cells.insert(1, "baseline", baseline)
     cells["n"] = got["n"][keep].astype(np.int64)
@@ -180,6 +207,10 @@ def _with_stats(
         got["hi"][keep],
         got["p"][keep],
     )
+    cells["max_abs_diff"] = got["max_abs"][keep]
+    cells["tolerance"] = metric_tolerances(cells["metric"].astype(str), dtype) if "metric" in cells else 0.0
+    cells["within_tolerance"] = rounding_only(cells["max_abs_diff"], cells["tolerance"])
+    cells.loc[cells["within_tolerance"].to_numpy(), "p_value"] = np.nan
     return cells
 
 
@@ -204,6 +235,7 @@ def compare_frames(
     alpha: float = 0.05,
     seed: int = 0,
     family: Sequence[str] = (),
+    dtype: object | None = None,
 ) -> pd.DataFrame:
     """Per checkpoint and (metric, stack, layer, head, query_role, key_role) cell: paired difference
     checkpoint - baseline over the examples both frames hold (finite values on both sides).
@@ -211,7 +243,9 @@ def compare_frames(
     Columns: checkpoint, baseline, the cell keys, n, mean_baseline, mean_checkpoint, diff (mean paired
     difference), ci_lo/ci_hi (bootstrap CI of diff), p_value (sign-flip test), q_value
     (Benjamini-Hochberg over all rows, or within each ``family`` group, e.g. ``["checkpoint"]``),
-    significant. Rows pair on ``on`` (default: every tidy key column present), so cells whose roles
+    significant, max_abs_diff (largest per-example |Δ|), tolerance (the metric's rounding tolerance in the run's
+    weights ``dtype``, default float32: :mod:`anchorlens.analyses.tolerance`) and within_tolerance (max_abs_diff
+    within it: the difference is rounding, reported with p_value and q_value NaN and left out of BH). Rows pair on ``on`` (default: every tidy key column present), so cells whose roles
     differ between checkpoints (anchor_mass of capsule vs soft_prompt) do not pair.
 
     The long frames are turned into cell x example arrays (no join, no per-cell groupby) and the
@@ -234,7 +268,7 @@ def compare_frames(
             continue
         keep = got["n"] > 0
         s = keys.iloc[got["id"][keep]].reset_index(drop=True)
-        parts.append(_with_stats(s, name, baseline, got, keep))
+        parts.append(_with_stats(s, name, baseline, got, keep, dtype))
     return _paired_table(parts, cell, alpha, family)
 
 
@@ -248,6 +282,7 @@ def compare_spill(
     alpha: float = 0.05,
     seed: int = 0,
     family: Sequence[str] = (),
+    dtype: object | None = None,
 ) -> pd.DataFrame:
     """:func:`compare_frames` of the sides of ``spill`` (its cells: the key columns), read one block of cells at a
     time: the same rows, order and numbers as ``compare_frames`` of the frames the spill was fed, in memory bounded
@@ -268,7 +303,7 @@ def compare_spill(
         keep = keep[order]
         s = keys.iloc[order].reset_index(drop=True)
         s = pd.DataFrame({c: np.asarray(pd.Index(s[c])) for c in cell})  # compare_frames' column types
-        parts.append(_with_stats(s, name, baseline, got, keep))
+        parts.append(_with_stats(s, name, baseline, got, keep, dtype))
     return _paired_table(parts, cell, alpha, family)
 
 
@@ -375,6 +410,7 @@ def headline_table(
     ci: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    dtype: object | None = None,
 ) -> pd.DataFrame:
     """Headline metric x checkpoint table: mean over examples (each example's value averaged over
     layers and heads, per stack) with bootstrap CI (ci_lo, ci_hi), and the paired difference vs the
@@ -383,10 +419,15 @@ def headline_table(
 
     A metric whose rows the mask fixes in a checkpoint (every row NaN with a ``fixed`` reason) gets
     one row with NaN numbers and the reason in ``fixed``; measured rows have ``fixed == ""``.
+
+    Rounding (:mod:`anchorlens.analyses.tolerance`, the weights' ``dtype``, default float32): a difference whose
+    every per-example |Δ| (max_abs_diff) is within the metric's ``tolerance`` has ``within_tolerance`` True and no
+    p_value or q_value (it is not in the BH family); a row whose values are the same in every example (their range
+    within the tolerance) has ``constant`` True: its CI has no width, the value is fixed.
     """
     per, fixed = _per_example(frames, metrics)
     return headline_from_rows(
-        per, fixed, list(frames), metrics, n_boot=n_boot, n_perm=n_perm, ci=ci, alpha=alpha, seed=seed
+        per, fixed, list(frames), metrics, n_boot=n_boot, n_perm=n_perm, ci=ci, alpha=alpha, seed=seed, dtype=dtype
     )
 
 
@@ -401,15 +442,20 @@ def headline_from_rows(
     ci: float = 0.95,
     alpha: float = 0.05,
     seed: int = 0,
+    dtype: object | None = None,
 ) -> pd.DataFrame:
     """:func:`headline_table` from the per-example values of :meth:`HeadlineRows.result` (``names``: the
     checkpoints, the first the paired baseline)."""
     names = list(names)
+    by_name = {m.name: m for m in metrics}
+    per = per.assign(tolerance=metric_tolerances([by_name[n].metric for n in per["name"]], dtype))
     table = (
         summarize(per, ["name", "stack", "checkpoint"], n_boot=n_boot, ci=ci, seed=seed)
         if len(per)
         else pd.DataFrame(columns=["name", "stack", "checkpoint", "mean", "ci_lo", "ci_hi", "n"])
     )
+    if len(per):
+        table = table.merge(_constant(per), on=["name", "stack", "checkpoint"], how="left")
     table["fixed"] = ""
     flagged = [
         {"name": m, "stack": stack, "checkpoint": c, "fixed": reason}
@@ -424,21 +470,34 @@ def headline_from_rows(
     diffs = []
     for name in names[1:]:
         d = paired_differences(per[per["checkpoint"] == name], first, on=["name", "stack", "example"])
-        s = paired_summary(d, ["name", "stack"], n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed)
+        d = d.merge(per[["name", "tolerance"]].drop_duplicates("name"), on="name", how="left")
+        s = paired_summary(d, ["name", "stack"], n_boot=n_boot, n_perm=n_perm, ci=ci, seed=seed, tolerance="tolerance")
         s["checkpoint"] = name
         diffs.append(
-            s[["name", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value"]].rename(
-                columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"}
-            )
+            s[
+                ["name", "stack", "checkpoint", "diff", "ci_lo", "ci_hi", "p_value", "max_abs_diff", "within_tolerance"]
+            ].rename(columns={"ci_lo": "diff_lo", "ci_hi": "diff_hi"})
         )
-    diff_cols = ["name", "stack", "checkpoint", "diff", "diff_lo", "diff_hi", "p_value"]
+    diff_cols = [
+        "name",
+        "stack",
+        "checkpoint",
+        "diff",
+        "diff_lo",
+        "diff_hi",
+        "p_value",
+        "max_abs_diff",
+        "within_tolerance",
+    ]
     diffs_df = pd.concat(diffs, ignore_index=True) if diffs else pd.DataFrame(columns=diff_cols)
     q: np.ndarray = (
         benjamini_hochberg(diffs_df["p_value"].to_numpy(dtype=np.float64), alpha)[1] if len(diffs_df) else np.empty(0)
     )
     diffs_df["q_value"] = pd.Series(q, index=diffs_df.index, dtype=np.float64)
     table = table.merge(diffs_df, on=["name", "stack", "checkpoint"], how="left")
-    by_name = {m.name: m for m in metrics}
+    table["within_tolerance"] = table["within_tolerance"].astype("boolean").fillna(False).astype(bool)
+    table["constant"] = table.get("constant", pd.Series(False, index=table.index)).astype("boolean")
+    table["constant"] = table["constant"].fillna(False).astype(bool)
     for col in ("metric", "query_role", "key_role", "label"):
         table[col] = table["name"].map(lambda n, c=col: getattr(by_name[n], c))
     order = {m.name: i for i, m in enumerate(metrics)}
@@ -446,4 +505,16 @@ def headline_from_rows(
     table = table.assign(_m=table["name"].map(order), _c=table["checkpoint"].map(rank))
     table = table.sort_values(["_m", "stack", "_c"]).drop(columns=["_m", "_c"]).reset_index(drop=True)
     table["n"] = table["n"].fillna(0).astype(np.int64)
+    table["tolerance"] = metric_tolerances(table["metric"].astype(str), dtype)
     return table[_HEADLINE_COLUMNS]
+
+
+def _constant(per: pd.DataFrame) -> pd.DataFrame:
+    """Per (name, stack, checkpoint): ``constant``, whether the values' range over the examples is within their
+    ``tolerance`` (every example has the same value; a CI of no width)."""
+    grouped = per.groupby(["name", "stack", "checkpoint"], sort=False, observed=True)
+    spread = grouped["value"].max() - grouped["value"].min()
+    tol = grouped["tolerance"].max()
+    return pd.DataFrame(
+        {"constant": rounding_only(spread.to_numpy(), tol.to_numpy())}, index=spread.index
+    ).reset_index()

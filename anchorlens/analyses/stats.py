@@ -5,6 +5,11 @@ results do not depend on group order and ``bootstrap_ci(v)`` equals the ``summar
 group holding ``v`` in that order. Groups of equal size are resampled together as one matrix
 product: bootstrap means = values [G, n] @ resample counts [n, n_boot] / n. Non-finite values are
 dropped before anything is computed.
+
+Rounding is not a finding: ``paired_summary(..., tolerance=)`` marks a group whose every |diff| is within the
+measurement's tolerance (:mod:`anchorlens.analyses.tolerance`) and gives it no p-value, so
+:func:`benjamini_hochberg` leaves it out of the family. Paired 0/1 outcomes (accuracy) take score intervals,
+:func:`wilson_interval` and :func:`newcombe_paired_interval`, which keep their width at small n.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterator, Sequence
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -218,9 +224,15 @@ def paired_summary(
     n_perm: int = 10000,
     ci: float = 0.95,
     seed: int = 0,
+    tolerance: float | str | None = None,
 ) -> pd.DataFrame:
     """Per ``by`` group of paired rows: n, mean_a, mean_b (when present), diff (mean), ci_lo, ci_hi
-    (bootstrap CI of the mean difference), p_value (two-sided sign-flip test)."""
+    (bootstrap CI of the mean difference), p_value (two-sided sign-flip test), max_abs_diff (largest |diff|).
+
+    ``tolerance`` (a number, or the name of a column of per-row tolerances; :mod:`anchorlens.analyses.tolerance`)
+    adds ``tolerance`` and ``within_tolerance``: every |diff| of the group within it, the difference is rounding,
+    and its p_value is NaN (no test: :func:`benjamini_hochberg` leaves it out of the family).
+    """
     by = [by] if isinstance(by, str) else list(by)
     d = diffs[np.isfinite(diffs[diff].to_numpy(dtype=np.float64))]
     out, codes = _groups(d, by)
@@ -237,7 +249,91 @@ def paired_summary(
         if side in d.columns and g:
             out["mean_" + side[-1]] = np.bincount(codes, weights=d[side].to_numpy(np.float64), minlength=g) / n
     out["diff"], out["ci_lo"], out["ci_hi"], out["p_value"] = mean, lo, hi, p
+    out["max_abs_diff"] = _group_max(codes, np.abs(vals), g)
+    if tolerance is not None:
+        tol = (
+            _group_max(codes, d[tolerance].to_numpy(np.float64), g)
+            if isinstance(tolerance, str)
+            else np.full(g, float(tolerance))
+        )
+        within = rounding_only(out["max_abs_diff"].to_numpy(np.float64), tol)
+        out["tolerance"], out["within_tolerance"] = tol, within
+        out.loc[within, "p_value"] = np.nan
     return out
+
+
+def _group_max(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarray:
+    """Largest value [n_groups] of each group code's rows (NaN for a group without rows)."""
+    out = np.full(n_groups, -np.inf)
+    np.maximum.at(out, codes, values)
+    out[np.isneginf(out)] = np.nan
+    return out
+
+
+def rounding_only(max_abs_diff, tolerance) -> np.ndarray:
+    """Whether each difference is rounding: its largest per-example |Δ| [G] is within ``tolerance`` (scalar or [G]);
+    False where nothing was paired (NaN)."""
+    m = np.asarray(max_abs_diff, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(m) & (m <= np.asarray(tolerance, dtype=np.float64))
+
+
+def _z(ci: float) -> float:
+    """The two-sided standard normal quantile of a ``ci`` interval (1.959964 for 0.95)."""
+    return NormalDist().inv_cdf(0.5 + ci / 2.0)
+
+
+def wilson_interval(successes: int, n: int, ci: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``successes`` / ``n``: (lo, hi), NaNs for n = 0.
+
+    Honest at small n and at 0 or n successes (8 of 8 right: [0.676, 1]), where a bootstrap of 0/1 outcomes
+    collapses to a point. lo, hi = (p + z²/2n ∓ z sqrt(p(1-p)/n + z²/4n²)) / (1 + z²/n).
+    """
+    if n <= 0:
+        return float("nan"), float("nan")
+    z, p = _z(ci), successes / n
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    scale = 1 + z * z / n
+    lo = 0.0 if successes <= 0 else max(0.0, (centre - half) / scale)
+    hi = 1.0 if successes >= n else min(1.0, (centre + half) / scale)
+    return lo, hi
+
+
+def paired_counts(correct_a, correct_b) -> tuple[int, int, int, int]:
+    """(both right, only a right, only b right, both wrong) of paired 0/1 outcomes [n]; NaN pairs dropped."""
+    a = np.asarray(correct_a, dtype=np.float64).ravel()
+    b = np.asarray(correct_b, dtype=np.float64).ravel()
+    ok = np.isfinite(a) & np.isfinite(b)
+    ra, rb = a[ok] > 0.5, b[ok] > 0.5
+    return int((ra & rb).sum()), int((ra & ~rb).sum()), int((~ra & rb).sum()), int((~ra & ~rb).sum())
+
+
+def newcombe_paired_interval(correct_a, correct_b, ci: float = 0.95) -> tuple[float, float]:
+    """Newcombe's score interval (1998, method 10) of the paired difference of proportions mean(a) - mean(b) over
+    paired 0/1 outcomes [n] (NaN pairs dropped): (lo, hi), NaNs for no pair.
+
+    Built from the two Wilson intervals and the phi correlation of the pairs (with Newcombe's continuity correction
+    of phi's numerator AD - BC: less n/2 above n/2, 0 between 0 and n/2; Fagerland, Lydersen & Laake 2014), it has
+    width even when no example changed (4 of 8 right on both sides: [-0.202, +0.202]; 8 of 8: [-0.324, +0.324]):
+    at small n "no example changed" is not certainty.
+    """
+    both, only_a, only_b, neither = paired_counts(correct_a, correct_b)
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return float("nan"), float("nan")
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson_interval(both + only_a, n, ci)
+    l2, u2 = wilson_interval(both + only_b, n, ci)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    cross: float = both * neither - only_a * only_b
+    cross = cross - n / 2 if cross > n / 2 else min(cross, 0)  # Newcombe's correction of phi (else, with no example
+    # changed and p = 1/2, phi = 1 and the interval collapses to a point)
+    phi = cross / math.sqrt(margins) if margins > 0 else 0.0
+    lower = (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2
+    upper = (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2
+    theta = p1 - p2
+    return max(-1.0, theta - math.sqrt(max(lower, 0.0))), min(1.0, theta + math.sqrt(max(upper, 0.0)))
 
 
 def paired_array_stats(diff: np.ndarray, n_boot: int, n_perm: int, ci: float, seed: int) -> tuple[np.ndarray, ...]:

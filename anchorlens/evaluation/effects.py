@@ -7,6 +7,9 @@ position, :func:`~anchorlens.evaluation.scoring.answer_scores`); a task without 
 the mean NLL of the text's own next tokens and the mean KL over those positions. :func:`effects_table` gives
 per checkpoint the mean with a bootstrap CI, the paired difference to the first checkpoint with a bootstrap CI,
 McNemar (accuracy) or sign-flip (NLL, KL) p-values, and Benjamini-Hochberg q-values across the comparison.
+Accuracy takes score intervals instead of the bootstrap (Wilson for the mean, Newcombe for the paired difference,
+with the count of examples that changed): a bootstrap of 0/1 outcomes reads "no example changed" at n = 8 as
+Δ 0 [0, 0]. A difference within the rounding tolerance (:mod:`anchorlens.analyses.tolerance`) has no p or q.
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from anchorlens.analyses.stats import benjamini_hochberg, mcnemar_test, paired_differences, paired_summary, summarize
+from anchorlens.analyses.stats import (
+    benjamini_hochberg,
+    mcnemar_test,
+    newcombe_paired_interval,
+    paired_counts,
+    paired_differences,
+    paired_summary,
+    rounding_only,
+    summarize,
+    wilson_interval,
+)
+from anchorlens.analyses.tolerance import kind_of, tolerance
 from anchorlens.capture.collect import PromptRenderer, encode_batches
 from anchorlens.evaluation.batches import length_sorted_batches, scoring_batch
 from anchorlens.evaluation.scoring import answer_scores
@@ -156,6 +170,7 @@ def effects_table(
     n_boot: int = 2000,
     n_perm: int = 10000,
     seed: int = 0,
+    dtype: object | None = None,
 ) -> pd.DataFrame:
     """One row per (metric, checkpoint): mean, ci_lo, ci_hi (bootstrap over examples), n; for every checkpoint
     after the first: diff, diff_lo, diff_hi (paired bootstrap of this − first; for KL, the KL itself), p_value
@@ -163,6 +178,13 @@ def effects_table(
 
     Columns label and stack name the row as the headline table does: ``label NLL (answer token)`` for a task with
     labels (``labelled``), ``text NLL (every token)`` without.
+
+    Accuracy: ci_lo/ci_hi is the Wilson score interval (``interval`` "wilson", else "bootstrap"), diff_lo/diff_hi
+    Newcombe's paired score interval (``diff_interval`` "newcombe", else "bootstrap"), ``changed`` the examples
+    right on one side only (NaN for other metrics). max_abs_diff: the largest per-example |Δ| (for KL, the largest
+    KL); ``tolerance`` the metric's rounding tolerance in ``dtype`` (default float32); ``within_tolerance``: every
+    |Δ| within it (for accuracy: no example changed), the difference is rounding and has no p_value or q_value (not
+    in the BH family); ``constant``: every example has the same value (NLL, KL; range within the tolerance).
     """
     where = "answer token" if labelled else "every token"
     rows: list[dict] = []
@@ -176,10 +198,14 @@ def effects_table(
         means = summarize(sub, "checkpoint", n_boot=n_boot, seed=seed).set_index("checkpoint")
         first = sub[sub["checkpoint"] == baseline]
         name = label.format(kind="label" if labelled else "text", first=baseline)
+        tol = tolerance(kind_of(metric), dtype)
+        accuracy = kind_of(metric) == "accuracy"
         for ckpt in checkpoints:
             if ckpt not in means.index:
                 continue
             m = means.loc[ckpt]
+            values = sub.loc[sub["checkpoint"] == ckpt, "value"].to_numpy(np.float64)
+            values = values[np.isfinite(values)]
             row = {
                 "checkpoint": ckpt,
                 "metric": metric,
@@ -194,20 +220,49 @@ def effects_table(
                 "diff_hi": np.nan,
                 "p_value": np.nan,
                 "test": "",
+                "interval": "bootstrap",
+                "diff_interval": "",
+                "changed": np.nan,
+                "max_abs_diff": np.nan,
+                "tolerance": tol,
+                "within_tolerance": False,
+                "constant": False,
             }
+            if accuracy:
+                row["ci_lo"], row["ci_hi"] = wilson_interval(int((values > 0.5).sum()), len(values))
+                row["interval"] = "wilson"
+            elif len(values):
+                row["constant"] = bool(rounding_only(np.ptp(values), tol))
             if ckpt != baseline:
-                mine = sub[sub["checkpoint"] == ckpt]
-                if metric == "kl":
-                    diffs = mine.assign(diff=mine["value"])
-                else:
-                    diffs = paired_differences(mine, first, on=["example"])
-                paired = paired_summary(diffs, [], n_boot=n_boot, n_perm=n_perm, seed=seed)
-                if len(paired):
-                    p = paired.iloc[0]
-                    row.update(diff=p["diff"], diff_lo=p["ci_lo"], diff_hi=p["ci_hi"], p_value=p["p_value"], test=test)
-                    if metric == "correct":
-                        row["p_value"] = mcnemar_test(diffs["value_a"], diffs["value_b"])
+                row.update(_paired_row(sub[sub["checkpoint"] == ckpt], first, metric, test, tol, n_boot, n_perm, seed))
             rows.append(row)
     table = pd.DataFrame(rows)
     table["q_value"] = benjamini_hochberg(table["p_value"].to_numpy(np.float64))[1]
     return table
+
+
+def _paired_row(
+    mine: pd.DataFrame, first: pd.DataFrame, metric: str, test: str, tol: float, n_boot: int, n_perm: int, seed: int
+) -> dict:
+    """The paired columns of one checkpoint's row of :func:`effects_table` (empty when nothing pairs)."""
+    diffs = mine.assign(diff=mine["value"]) if metric == "kl" else paired_differences(mine, first, on=["example"])
+    paired = paired_summary(diffs, [], n_boot=n_boot, n_perm=n_perm, seed=seed, tolerance=tol)
+    if not len(paired):
+        return {}
+    p = paired.iloc[0]
+    row = {
+        "diff": p["diff"],
+        "diff_lo": p["ci_lo"],
+        "diff_hi": p["ci_hi"],
+        "p_value": p["p_value"],
+        "test": test,
+        "diff_interval": "bootstrap",
+        "max_abs_diff": p["max_abs_diff"],
+        "within_tolerance": bool(p["within_tolerance"]),
+    }
+    if metric == "correct":
+        _, only_a, only_b, _ = paired_counts(diffs["value_a"], diffs["value_b"])
+        row["diff_lo"], row["diff_hi"] = newcombe_paired_interval(diffs["value_a"], diffs["value_b"])
+        row["diff_interval"], row["changed"] = "newcombe", only_a + only_b
+        row["p_value"] = np.nan if row["within_tolerance"] else mcnemar_test(diffs["value_a"], diffs["value_b"])
+    return row

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from anchorlens.analyses.stats import benjamini_hochberg, mcnemar_test
+from anchorlens.analyses.stats import benjamini_hochberg, mcnemar_test, newcombe_paired_interval, wilson_interval
+from anchorlens.analyses.tolerance import tolerance
 from anchorlens.evaluation import predict, scoring_batch, verbalizer_ids
 from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.methods import load_guided
@@ -140,3 +141,43 @@ def test_evaluate_reports_the_label_nll_that_compare_reports(two_models):
     nll = rows[(rows.checkpoint == "instance") & (rows.metric == "nll")]["value"].mean()
     assert metrics["label_nll"] == pytest.approx(nll, rel=1e-5)
     assert metrics["label_nll_ci95"][0] <= metrics["label_nll"] <= metrics["label_nll_ci95"][1]
+
+
+def test_accuracy_takes_score_intervals_and_rounding_takes_no_test():
+    n = 8
+    right = np.array([1, 1, 1, 0, 1, 0, 0, 1], dtype=float)
+    nll = np.linspace(0.5, 2.0, n)
+    frame = _frame(
+        {
+            "base": {"correct": list(right), "nll": list(nll), "kl": [0.0] * n},
+            # gives back the base: no example changes, NLL within float32 rounding, KL ~1e-8
+            "same": {"correct": list(right), "nll": list(nll + 3e-6), "kl": [1e-8] * n},
+            "flip": {"correct": list(1 - right), "nll": list(nll + 1.0), "kl": [0.5] * n},
+        }
+    )
+    table = effects_table(frame, ["base", "same", "flip"], n_boot=200, n_perm=256).set_index(["metric", "checkpoint"])
+    acc = table.loc[("correct", "base")]
+    k = int(right.sum())
+    assert acc["interval"] == "wilson" and (acc["ci_lo"], acc["ci_hi"]) == pytest.approx(wilson_interval(k, n))
+    assert 0 < acc["ci_lo"] < acc["mean"] < acc["ci_hi"] < 1  # not the bootstrap's point at 0/1 outcomes
+    same = table.loc[("correct", "same")]
+    assert same["changed"] == 0 and same["within_tolerance"] and np.isnan(same["p_value"]) and np.isnan(same["q_value"])
+    assert same["diff_interval"] == "newcombe"
+    assert (same["diff_lo"], same["diff_hi"]) == pytest.approx(newcombe_paired_interval(right, right))
+    assert same["diff_lo"] < 0 < same["diff_hi"]  # "0 of 8 changed" at n = 8 is not certainty
+    flip = table.loc[("correct", "flip")]
+    assert flip["changed"] == n and not flip["within_tolerance"]
+    assert flip["p_value"] == pytest.approx(mcnemar_test(1 - right, right))
+    for metric in ("nll", "kl"):
+        row = table.loc[(metric, "same")]
+        assert row["within_tolerance"] and np.isnan(row["p_value"]) and row["tolerance"] == tolerance(metric)
+        assert not table.loc[(metric, "flip"), "within_tolerance"]
+    assert table.loc[("kl", "base"), "constant"] and not table.loc[("nll", "base"), "constant"]
+    assert table.loc[("kl", "flip"), "constant"]  # the same KL 0.5 in every example
+    finite = table["p_value"].notna().to_numpy()  # BH over the tests only: the rounding rows are not in the family
+    q = benjamini_hochberg(table["p_value"].to_numpy()[finite])[1]
+    np.testing.assert_allclose(table["q_value"].to_numpy()[finite], q)
+    bf16 = effects_table(frame, ["base", "same"], n_boot=50, n_perm=64, dtype="bfloat16").set_index(
+        ["metric", "checkpoint"]
+    )
+    assert bf16.loc[("nll", "same"), "tolerance"] == 5e-2

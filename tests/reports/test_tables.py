@@ -18,8 +18,8 @@ def _row(checkpoint: str, key: str, label: str, mean: float) -> dict:
         "key_role": key,
         "n": 4,
         "mean": mean,
-        "ci_lo": mean,
-        "ci_hi": mean,
+        "ci_lo": max(0.0, mean - 0.01),
+        "ci_hi": mean + 0.01,
         "diff": float("nan") if checkpoint == "base" else 0.1,
         "diff_lo": 0.05,
         "diff_hi": 0.15,
@@ -50,8 +50,8 @@ def test_absent_roles_read_not_applicable_and_present_ones_keep_their_numbers():
     assert present == {"base": {"content", "scaffold"}, "instance": {"content", "scaffold", "instance"}}
     grid = headline_grid(headline, ["base", "instance"], present)
     assert grid.loc["input → guidance (decoder)", "base"] == ABSENT_CELL
-    assert grid.loc["input → guidance (decoder)", "instance"].startswith("0.270 [0.270, 0.270]; Δ +0.100")
+    assert grid.loc["input → guidance (decoder)", "instance"].startswith("0.270 [0.260, 0.280]; Δ +0.100")
     assert (grid.loc["input → special (sink excluded) (decoder)"] == ABSENT_CELL).all()
-    assert grid.loc["input → scaffold (sink excluded) (decoder)", "base"] == "0.200 [0.200, 0.200]"
+    assert grid.loc["input → scaffold (sink excluded) (decoder)", "base"] == "0.200 [0.190, 0.210]"
     plain = headline_grid(headline, ["base", "instance"])  # without roles: the numbers as before
-    assert plain.loc["input → guidance (decoder)", "base"] == "0.000 [0.000, 0.000]"
+    assert plain.loc["input → guidance (decoder)", "base"] == "0.000 [0.000, 0.010]"
