@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from anchorlens.figures._labels import measure_label
 from anchorlens.figures._roles import ordered_roles, role_palette
-from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, ROLE_COLORS, clean_token
+from anchorlens.figures._style import (
+    DIFF_CMAP,
+    FIGURE_SIZES,
+    MAP_CMAP,
+    ROLE_COLORS,
+    FigureSize,
+    clean_token,
+    current_figure_size,
+    figure_size,
+)
 from anchorlens.figures.budget import attention_budget
 from anchorlens.figures.curves import layer_curves
 from anchorlens.figures.heads import head_diff_grid, head_grid, head_grids, head_range
@@ -17,17 +26,21 @@ from anchorlens.figures.positions import position_sweep
 from anchorlens.figures.roleflow import role_flow_heatmaps
 from anchorlens.figures.save import figure_to_png_bytes, save_figure
 from anchorlens.figures.sinks import (
+    evidence_curves,
     massive_activations_figure,
     sink_alpha_grid,
     sink_rate_curves,
     sink_top_roles,
     value_mass_curves,
 )
+from anchorlens.figures.streaming import streaming_maps_figure
 from anchorlens.figures.sweeps import sweep_curve
 
 __all__ = [
     "AveragedStackMaps",
     "DIFF_CMAP",
+    "FIGURE_SIZES",
+    "FigureSize",
     "MAP_CMAP",
     "ROLE_COLORS",
     "anchor_tokens",
@@ -35,6 +48,9 @@ __all__ = [
     "attention_map_figure",
     "average_maps_aligned",
     "clean_token",
+    "current_figure_size",
+    "evidence_curves",
+    "figure_size",
     "figure_to_png_bytes",
     "head_diff_grid",
     "head_grid",
@@ -51,6 +67,7 @@ __all__ = [
     "sink_alpha_grid",
     "sink_rate_curves",
     "sink_top_roles",
+    "streaming_maps_figure",
     "sweep_curve",
     "value_mass_curves",
 ]

@@ -21,7 +21,7 @@ from anchorlens.analyses.frames import GUIDANCE, INPUT, per_head
 from anchorlens.figures._frames import filter_eq
 from anchorlens.figures._labels import MASS
 from anchorlens.figures._roles import GUIDANCE_NAMES, ordered_roles, role_color, role_palette
-from anchorlens.figures._style import grid_shape, new_figure, panel_grid, series_order, suptitle
+from anchorlens.figures._style import fonts, grid_shape, new_figure, panel_grid, series_order, sized, suptitle
 from anchorlens.figures._ticks import nice_range, tick_labels
 
 SINK = "sink"
@@ -51,6 +51,7 @@ def guidance_role(df: pd.DataFrame, checkpoint: str) -> str | None:
     return str(mass.idxmax()) if len(mass) else None
 
 
+@sized
 def attention_budget(
     df: pd.DataFrame,
     checkpoints: Sequence[str] | None = None,
@@ -94,7 +95,7 @@ def attention_budget(
             ax.bar(table.index, values, bottom=bottom, width=0.85, color=color, lw=0, label=label, gid=f"part:{p}")
             bottom += values
             legend.setdefault((k, label), Patch(facecolor=color, label=label))
-        ax.set_title(name + (f" (anchor: {guidance[name]})" if guidance[name] else ""), fontsize=10)
+        ax.set_title(name + (f" (anchor: {guidance[name]})" if guidance[name] else ""), fontsize=fonts().panel)
         ax.set_xlabel("layer")
         lo, hi = int(min(table.index)), int(max(table.index))
         ax.set_xlim(lo - 0.6, hi + 0.6)
@@ -107,7 +108,7 @@ def attention_budget(
         if i % cols == 0:
             ax.set_ylabel(f"share of input queries' attention\n({MASS})")
     handles = [legend[key] for key in sorted(legend, key=lambda kl: (-kl[0], kl[1]))]
-    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside right center", fontsize=fonts().legend, frameon=False)
     n = part["example"].nunique() if "example" in part.columns else None
     heads = part["head"].dropna().nunique() if "head" in part.columns else None
     note = ", ".join(x for x in (f"{n} examples" if n else "", f"{heads} heads" if heads else "") if x)

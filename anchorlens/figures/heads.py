@@ -15,7 +15,19 @@ from matplotlib.figure import Figure
 from anchorlens.analyses.frames import per_head
 from anchorlens.figures._frames import filter_eq, require_single, value_column
 from anchorlens.figures._labels import frame_measure_label, measure_text, single
-from anchorlens.figures._style import DIFF_CMAP, MAP_CMAP, grid_shape, new_figure, panel_grid, series_order, suptitle
+from anchorlens.figures._style import (
+    DIFF_CMAP,
+    MAP_CMAP,
+    fonts,
+    grid_shape,
+    max_width,
+    new_figure,
+    panel_grid,
+    series_order,
+    sized,
+    suptitle,
+    wrap_to,
+)
 from anchorlens.figures._ticks import nice_range, set_colorbar_ticks
 
 _ANNOTATE_MAX_CELLS = 160
@@ -62,13 +74,32 @@ def _roles_of(part: pd.DataFrame, query_role: str | None, key_role: str | None) 
     return single(part, "query_role", query_role), single(part, "key_role", key_role)
 
 
+def _fits_numbers(grid: pd.DataFrame, width_in: float) -> bool:
+    """Whether cells are few and wide enough to print a 4-character number at the scheme's floor size."""
+    cell_pt = 72.0 * width_in / max(1, grid.shape[1])
+    return grid.size <= _ANNOTATE_MAX_CELLS and cell_pt >= 4 * 0.6 * fonts().small
+
+
+def _print_width(width: float, columns: int, reserve: float = 1.2) -> float:
+    """A panel's width, within the print preset's limit when figures are built for print."""
+    limit = max_width()
+    return width if limit is None else min(width, (limit - reserve) / max(1, columns))
+
+
+def _print_height(height: float, layers: int) -> float:
+    """A grid's height: at a print size, rows of layers just over the floor font's height apart (no taller)."""
+    return height if max_width() is None else min(height, max(2.2, 0.16 * layers + 1.3))
+
+
 def _cell_fontsize(grid: pd.DataFrame, width_in: float) -> float:
-    return max(5.0, min(8.0, 0.55 * 72.0 * width_in / max(1, grid.shape[1]) / 4.5))
+    """Cell annotation size: what fits four characters per cell, within the scheme's note size and floor."""
+    f = fonts()
+    return max(f.small, min(f.note, 0.55 * 72.0 * width_in / max(1, grid.shape[1]) / 4.5))
 
 
 def _heatmap(ax: Any, g: pd.DataFrame, lo: float, hi: float, width: float, annotate: bool | None, **extra: Any) -> None:
     """One layer x head heatmap on the shared [lo, hi] scale, annotated when small (or as ``annotate`` says)."""
-    show = annotate if annotate is not None else g.size <= _ANNOTATE_MAX_CELLS
+    show = annotate if annotate is not None else _fits_numbers(g, width)
     sns.heatmap(
         g,
         ax=ax,
@@ -84,6 +115,7 @@ def _heatmap(ax: Any, g: pd.DataFrame, lo: float, hi: float, width: float, annot
     )
 
 
+@sized
 def head_grid(
     df: pd.DataFrame,
     metric: str,
@@ -110,8 +142,8 @@ def head_grid(
     data_hi = float(max(np.nanmax(g.to_numpy(dtype=float)) for g in grids))
     lo, hi, ticks = _scale(data_lo, data_hi, vmin, vmax)
     label = frame_measure_label(part, metric, query_role, key_role)
-    width = max(4.5, 0.45 * max(g.shape[1] for g in grids) + 1.8)
-    height = max(3.0, 0.28 * max(g.shape[0] for g in grids) + 1.4)
+    width = _print_width(max(4.5, 0.45 * max(g.shape[1] for g in grids) + 1.8), len(grids), 0.0)
+    height = _print_height(max(3.0, 0.28 * max(g.shape[0] for g in grids) + 1.4), max(g.shape[0] for g in grids))
     fig = new_figure(width * len(grids), height)
     axes = fig.subplots(1, len(grids), squeeze=False)[0]
     for ax, st, g in zip(axes, stacks, grids):
@@ -120,7 +152,7 @@ def head_grid(
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
-        ax.set_title(f"{st} stack" if st is not None else "", fontsize=10)
+        ax.set_title(f"{st} stack" if st is not None else "", fontsize=fonts().panel)
     n = part["example"].nunique() if "example" in part.columns else None
     note = f"mean over {n} examples" if n else "mean"
     what = measure_text(metric, *_roles_of(part, query_role, key_role))
@@ -151,6 +183,7 @@ def head_range(
     return float(means.min()), float(means.max())
 
 
+@sized
 def head_grids(
     df: pd.DataFrame,
     metric: str,
@@ -173,14 +206,16 @@ def head_grids(
     grids = [_grid(part[part["checkpoint"].astype(str) == n], col) for n in names]
     lo, hi, ticks = nice_range(*head_range(part, metric, names))
     label = frame_measure_label(part, metric, query_role, key_role)
-    width = max(3.2, 0.45 * max(g.shape[1] for g in grids) + 1.0)
-    height = max(2.4, 0.28 * max(g.shape[0] for g in grids) + 1.0)
     rows, cols = grid_shape(len(names))
+    width = _print_width(max(3.2, 0.45 * max(g.shape[1] for g in grids) + 1.0), cols)
+    height = max(2.4, 0.28 * max(g.shape[0] for g in grids) + 1.0)
+    if max_width() is not None:  # print: rows of layers at least the floor font's height apart, no more
+        height = min(height, max(1.6, 0.16 * max(g.shape[0] for g in grids) + 0.7))
     fig = new_figure(width * cols + 1.2, height * rows + 1.0)
     axes = panel_grid(fig, len(names), sharex=False, sharey=False)
     for ax, name, g in zip(axes, names, grids):
         _heatmap(ax, g, lo, hi, width, annotate, cbar=False)
-        ax.set_title(name, fontsize=10)
+        ax.set_title(wrap_to(name, fig.get_figwidth() / cols - 0.4) if max_width() else name, fontsize=fonts().panel)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
@@ -198,6 +233,7 @@ def head_grids(
     return fig
 
 
+@sized
 def head_diff_grid(
     compare_df: pd.DataFrame,
     metric: str,
@@ -235,13 +271,13 @@ def head_diff_grid(
         bound = float(max(np.nanmax(np.abs(g.to_numpy(dtype=float))) for g in diffs)) or 1e-12
     _, bound, ticks = nice_range(-bound, bound, symmetric=True)
     label = "Δ " + frame_measure_label(part, metric, query_role, key_role)
-    width = max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8)
-    height = max(3.0, 0.28 * max(g.shape[0] for g in diffs) + 1.4)
+    width = _print_width(max(4.5, 0.5 * max(g.shape[1] for g in diffs) + 1.8), len(diffs), 0.0)
+    height = _print_height(max(3.0, 0.28 * max(g.shape[0] for g in diffs) + 1.4), max(g.shape[0] for g in diffs))
     fig = new_figure(width * len(diffs), height)
     axes = fig.subplots(1, len(diffs), squeeze=False)[0]
     for ax, st, d, q in zip(axes, stacks, diffs, qs):
         sig = q.reindex_like(d).to_numpy(dtype=float) < alpha
-        show = annotate if annotate is not None else d.size <= _ANNOTATE_MAX_CELLS
+        show = annotate if annotate is not None else _fits_numbers(d, width - 1.2)
         sns.heatmap(
             d,
             ax=ax,
@@ -280,7 +316,7 @@ def head_diff_grid(
         ax.set_ylabel("layer")
         ax.tick_params(axis="y", rotation=0)
         if st is not None:
-            ax.set_title(f"{st} stack", fontsize=10)
+            ax.set_title(f"{st} stack", fontsize=fonts().panel)
     versus = f"\nΔ = {pair[0]} − {pair[1]}" if pair else ""
     suptitle(
         fig,

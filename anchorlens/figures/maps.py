@@ -22,13 +22,18 @@ from anchorlens.figures._roles import GUIDANCE_NAMES, ordered_roles, role_color,
 from anchorlens.figures._style import (
     MAP_CMAP,
     clean_token,
+    fonts,
     grid_shape,
     label_fontsize,
+    legend_columns,
+    max_width,
     new_figure,
     panel_grid,
     pick_ticks,
     runs,
+    sized,
     suptitle,
+    wrap_to,
 )
 from anchorlens.figures._ticks import log_ticks, nice_range, set_colorbar_ticks
 from anchorlens.roles.kinds import ROLE_NAMES
@@ -154,8 +159,10 @@ def tick_plan(
     rest = [i for i in range(len(roles)) if i not in inside]
     picked, step = pick_ticks([roles[i] for i in rest], max(1, max_labels - len(brackets)))
     ticks = {rest[i]: clean_token(tokens[rest[i]]) for i in picked}
-    for start, length in brackets:
-        ticks[start + (length - 1) // 2] = f"{clean_token(tokens[start])} ×{length}"
+    centres = [start + (length - 1) // 2 for start, length in brackets]
+    ticks = {i: t for i, t in ticks.items() if all(abs(i - c) >= step for c in centres)}  # never on a run's label
+    for (start, length), centre in zip(brackets, centres):
+        ticks[centre] = f"{clean_token(tokens[start])} ×{length}"
     order = sorted(ticks)
     return order, [ticks[i] for i in order], brackets, step
 
@@ -176,7 +183,9 @@ def _style_ticks(
     ax: Any, axis: str, tokens: Sequence[str], roles: Sequence[str], size_in: float, max_labels: int, palette: dict
 ) -> int:
     """Thinned, cleaned, role-coloured tick labels on one axis (guidance runs bracketed); returns the step."""
-    ticks, labels, brackets, step = tick_plan(tokens, roles, max_labels)
+    floor = fonts().small  # at most as many labels as fit at the floor size along the axis: none overlap
+    fitting = max(2, int(72.0 * size_in / (1.6 * floor)))
+    ticks, labels, brackets, step = tick_plan(tokens, roles, min(max_labels, fitting))
     fs = label_fontsize(len(ticks), size_in)
     if axis == "x":
         ax.set_xticks(ticks, labels, rotation=90, fontsize=fs)
@@ -243,6 +252,7 @@ def _norm(scale: str, vmax: float, positives: np.ndarray) -> mcolors.Normalize:
     raise ValueError(f"scale must be 'linear', 'sqrt' or 'log'; got {scale!r}")
 
 
+@sized
 def attention_map_figure(
     maps: Mapping[str, MapsInput] | MapsInput,
     *,
@@ -292,14 +302,23 @@ def attention_map_figure(
     names = ordered_roles(r for _, sm, _, _ in panels for r in _roles(sm.k_roles, sm) + _roles(sm.q_roles, sm))
     palette = role_palette(names)  # roles as the maps name them; built-ins keep their colours
 
-    if panel_size is None:
-        longest = max(max(p[2].shape) for p in panels)
-        panel_size = float(np.clip(4.0 + longest / 60.0, 4.5, 7.5))
     cmap_obj = (colormaps[cmap] if isinstance(cmap, str) else cmap).with_extremes(bad=(0, 0, 0, 0))
     n = len(panels)
-    rows, cols = grid_shape(n)
-    fig = new_figure(panel_size * cols + 1.6, (panel_size + 0.9) * rows + 1.0)
-    axes = panel_grid(fig, n)
+    limit = max_width()
+    if limit is not None:  # print: panels share the preset's width (two per row in a column), labels inside it
+        rows, cols = grid_shape(n, 2 if limit < 6.0 else 3)
+        fitted = (limit - 0.9) / cols
+        panel_size = fitted if panel_size is None else min(panel_size, fitted)
+        fig = new_figure(panel_size * cols + 0.9, (panel_size + 0.55) * rows + 1.2)
+        axis_in = 0.6 * panel_size  # the heatmap's side once token labels and axis titles take their room
+    else:
+        if panel_size is None:
+            longest = max(max(p[2].shape) for p in panels)
+            panel_size = float(np.clip(4.0 + longest / 60.0, 4.5, 7.5))
+        rows, cols = grid_shape(n)
+        fig = new_figure(panel_size * cols + 1.6, (panel_size + 0.9) * rows + 1.0)
+        axis_in = panel_size
+    axes = panel_grid(fig, n, max_columns=cols)
     shared = {k for k in ("stack", "layer", "head", "example") if len({p[3][k] for p in panels}) == 1}
     image = None
     steps = []
@@ -323,13 +342,15 @@ def attention_map_figure(
             )
         image = ax.imshow(shown, cmap=cmap_obj, norm=norm, interpolation="nearest", aspect="auto", zorder=1)
         _outline(ax, k_roles, q_roles)
-        steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, panel_size, max_labels, palette))
-        steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, panel_size, max_labels, palette))
+        steps.append(_style_ticks(ax, "x", sm.k_tokens, k_roles, axis_in, max_labels, palette))
+        steps.append(_style_ticks(ax, "y", sm.q_tokens, q_roles, axis_in, max_labels, palette))
         ax.tick_params(length=2, pad=1)
-        ax.set_xlabel("key position (attended to)", labelpad=8)
-        ax.set_ylabel("query position (attending)", labelpad=8)
+        pad = 4 if limit is not None else 8
+        ax.set_xlabel("key position (attended to)", labelpad=pad)
+        ax.set_ylabel("query position (attending)", labelpad=pad)
         own = [parts[k] for k in ("stack", "layer", "head", "example") if k not in shared and parts[k]]
-        ax.set_title(name + ("\n" + ", ".join(own) if own else ""), fontsize=10)
+        head_text = wrap_to(name, panel_size - 0.2) if limit is not None else name
+        ax.set_title(head_text + ("\n" + ", ".join(own) if own else ""), fontsize=fonts().panel)
     assert image is not None
     cbar = fig.colorbar(image, ax=list(axes), shrink=0.8, pad=0.01, aspect=30)
     cbar.set_label(
@@ -354,7 +375,15 @@ def attention_map_figure(
             Patch(label="masked (causal)", facecolor=MASK_FACE, edgecolor=MASK_EDGE, hatch=MASK_HATCH, lw=0.0)
         )
     if handles:
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 5), fontsize=8, frameon=False)
+        fig.legend(
+            handles=handles,
+            loc="outside lower center",
+            ncols=min(len(handles), 5)
+            if limit is None
+            else legend_columns([str(h.get_label()) for h in handles], limit - 0.2),
+            fontsize=fonts().legend,
+            frameon=False,
+        )
 
     caption = ", ".join(
         panels[0][3][k] for k in ("stack", "layer", "head", "example") if k in shared and panels[0][3][k]

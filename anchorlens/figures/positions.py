@@ -10,7 +10,16 @@ from matplotlib.lines import Line2D
 
 from anchorlens.figures._frames import HeadChoice, filter_eq, is_summary, pick_head, require_single, summarize
 from anchorlens.figures._labels import frame_measure_label, measure_text, pretty, single
-from anchorlens.figures._style import new_figure, position_key, series_colors, series_markers, series_order, suptitle
+from anchorlens.figures._style import (
+    fonts,
+    new_figure,
+    position_key,
+    series_colors,
+    series_markers,
+    series_order,
+    sized,
+    suptitle,
+)
 
 _ACCURACY_COLUMNS = ("accuracy", "mean", "value")
 
@@ -41,6 +50,7 @@ def _errorbars(ax, x: list[float], s: pd.DataFrame, color, **style) -> None:
         ax.plot(x, s["mean"], color=color, **style)
 
 
+@sized
 def position_sweep(
     df: pd.DataFrame,
     metric: str,
@@ -116,7 +126,7 @@ def position_sweep(
             Line2D([], [], color="0.3", ls="-", marker="o", label=text),
             Line2D([], [], color="0.3", ls="--", marker="s", label="accuracy"),
         ]
-    fig.legend(handles=handles, loc="outside right center", fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside right center", fontsize=fonts().legend, frameon=False)
     where = ", ".join(
         p
         for p in (f"{stack} stack" if stack else "", f"layer {layer}" if layer is not None else "mean over layers")

@@ -15,14 +15,30 @@ import seaborn as sns
 from matplotlib import colors as mcolors
 from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from anchorlens.figures._frames import HeadChoice, filter_eq, pick_head, value_column
 from anchorlens.figures._labels import MASS
 from anchorlens.figures._roles import ordered_roles, role_color, role_palette
-from anchorlens.figures._style import MAP_CMAP, grid_shape, new_figure, panel_grid, series_order, suptitle
+from anchorlens.figures._style import (
+    MAP_CMAP,
+    fonts,
+    grid_shape,
+    is_print,
+    max_width,
+    new_figure,
+    panel_grid,
+    series_order,
+    sized,
+    suptitle,
+    wrap_to,
+)
 from anchorlens.figures._ticks import nice_range, set_colorbar_ticks
 
 NA_TEXT = "n/a"
+ABSENT_REASON = "the checkpoint has no such role"
+EMPTY_REASON = "no value (no visible key of the role, or fixed by the mask)"
+NA_FACE, NA_EDGE, NA_HATCH = "#efefef", "#b0b0b0", "////"  # n/a cells: hatched light grey, as masked map cells
 
 
 def _layer_filter(df: pd.DataFrame, layer: int | str | None) -> tuple[pd.DataFrame, str]:
@@ -40,9 +56,21 @@ def present_roles(rows: pd.DataFrame, col: str) -> set[str]:
     return set(rows["query_role"].astype(str)) | set(rows.loc[rows[col].abs() > 0, "key_role"].astype(str))
 
 
+def fixed_cells(rows: pd.DataFrame, q_order: list[str], k_order: list[str]) -> pd.DataFrame:
+    """Query-role x key-role reason a cell is fixed (every row of it flagged in ``fixed``, e.g. by the causal
+    mask), else ""; all "" when the frame has no ``fixed`` column."""
+    empty = pd.DataFrame("", index=q_order, columns=k_order)
+    if "fixed" not in rows.columns or rows.empty:
+        return empty
+    flags = rows.assign(_f=rows["fixed"].fillna("").astype(str).replace("nan", ""))
+    flagged = flags.groupby(["query_role", "key_role"])["_f"].agg(lambda v: v.iloc[0] if (v != "").all() else "")
+    table = flagged.unstack("key_role").reindex(index=q_order, columns=k_order)
+    return table.fillna("").astype(str)
+
+
 def absent_roles_blank(rows: pd.DataFrame, col: str, q_order: list[str], k_order: list[str]) -> pd.DataFrame:
     """Query-role x key-role means of one checkpoint; roles its inputs lack are NaN (drawn as n/a)."""
-    table = rows.groupby(["query_role", "key_role"])[col].mean().unstack("key_role")
+    table = rows.groupby(["query_role", "key_role"])[col].mean().unstack("key_role")  # NaN rows (empty) skipped
     table = table.reindex(index=q_order, columns=k_order)
     present = present_roles(rows, col)
     table.loc[:, [k for k in k_order if k not in present]] = np.nan
@@ -50,6 +78,7 @@ def absent_roles_blank(rows: pd.DataFrame, col: str, q_order: list[str], k_order
     return table
 
 
+@sized
 def role_flow_heatmaps(
     df: pd.DataFrame,
     *,
@@ -82,14 +111,27 @@ def role_flow_heatmaps(
     q_order = [r for r in ordered_roles(part["query_role"]) if r in present]
     k_order = [r for r in ordered_roles(part["key_role"]) if r in present]
     palette = role_palette([*q_order, *k_order])
-    # Examples and layers are averaged with equal weight; every panel has the same rows and columns.
-    tables = [absent_roles_blank(runs[n], col, q_order, k_order) for n in names]
+    # Examples and layers are averaged with equal weight (NaN rows, empty queries, left out); every panel has the
+    # same rows and columns. Cells the mask fixes are n/a: never a colour of the scale, never in its range.
+    tables, reasons = [], []
+    for checkpoint in names:
+        table = absent_roles_blank(runs[checkpoint], col, q_order, k_order)
+        fixed = fixed_cells(runs[checkpoint], q_order, k_order)
+        tables.append(table.mask(fixed != ""))
+        reasons.append(fixed)
     values = np.concatenate([t.to_numpy(dtype=float).ravel() for t in tables])
-    lo, hi, ticks = nice_range(min(0.0, float(np.nanmin(values))), float(np.nanmax(values)) or 1.0)
-    cell = 0.62
+    finite = values[np.isfinite(values)]
+    top = float(finite.max()) if finite.size else 1.0
+    lo, hi, ticks = nice_range(min(0.0, float(finite.min()) if finite.size else 0.0), top or 1.0)
     rows, cols = grid_shape(len(names))
-    fig = new_figure((cell * len(k_order) + 1.0) * cols + 2.4, (cell * len(q_order) + 1.6) * rows + 0.8)
+    if is_print():
+        cell = min(0.34, ((max_width() or 5.5) - 1.6) / max(1, cols * len(k_order) + 1.2 * cols))
+        fig = new_figure((cell * len(k_order) + 0.5) * cols + 1.3, (cell * len(q_order) + 0.9) * rows + 1.0)
+    else:
+        cell = 0.62
+        fig = new_figure((cell * len(k_order) + 1.0) * cols + 2.4, (cell * len(q_order) + 1.6) * rows + 0.8)
     axes = panel_grid(fig, len(names))
+    notes: dict[str, list[str]] = {}
     for i, (ax, name, table) in enumerate(zip(axes, names, tables)):
         sns.heatmap(
             table,
@@ -100,15 +142,29 @@ def role_flow_heatmaps(
             annot=True,
             fmt=fmt,
             cbar=False,
-            annot_kws={"fontsize": 8},
+            annot_kws={"fontsize": fonts().note},
             linewidths=0.5,
             linecolor="white",
         )
-        ax.set_facecolor("white")  # absent-role cells stay white and read n/a, unlike 0.00 cells
+        ax.set_facecolor("white")  # n/a cells: hatched grey and "n/a", unlike 0.00 cells
         for r, c in zip(*np.nonzero(np.isnan(table.to_numpy(dtype=float)))):
-            ax.text(c + 0.5, r + 0.5, NA_TEXT, ha="center", va="center", fontsize=7, color="0.55", gid="n/a")
+            have = present_roles(runs[name], col)
+            absent = q_order[r] not in have or k_order[c] not in have
+            why = reasons[i].iat[r, c] or (ABSENT_REASON if absent else EMPTY_REASON)
+            notes.setdefault(why, [])
+            cell_name = f"{q_order[r]} → {k_order[c]}"
+            if why != ABSENT_REASON and cell_name not in notes[why] and len(notes[why]) < 4:
+                notes[why].append(cell_name)
+            ax.add_patch(
+                Rectangle(
+                    (c, r), 1, 1, facecolor=NA_FACE, edgecolor=NA_EDGE, hatch=NA_HATCH, lw=0.0, zorder=0.5, gid="n/a"
+                )
+            )
+            ax.text(c + 0.5, r + 0.5, NA_TEXT, ha="center", va="center", fontsize=fonts().note, color="0.25", gid="n/a")
         first_col, last_row = i % cols == 0, i + cols >= len(names)
-        ax.set_title(str(name), fontsize=10)
+        ax.set_title(
+            wrap_to(str(name), fig.get_figwidth() / cols - 0.3) if is_print() else str(name), fontsize=fonts().panel
+        )
         ax.set_xlabel("key role (attended to)" if last_row else "")
         ax.set_ylabel("query role (attending)" if first_col else "")
         ax.tick_params(axis="x", rotation=45, labelbottom=last_row)
@@ -133,7 +189,7 @@ def role_flow_heatmaps(
     n = part["example"].nunique() if "example" in part.columns else None
     if n:
         parts.append(f"mean over {n} examples")
-    if any(np.isnan(t.to_numpy(dtype=float)).any() for t in tables):
-        parts.append(f"{NA_TEXT}: the checkpoint has no such role")
+    for reason, cells in notes.items():  # hatched n/a, with the reason
+        parts.append(f"hatched {NA_TEXT}: {reason}" + (f" ({', '.join(cells)})" if cells else ""))
     suptitle(fig, (title or "Role-to-role attention flow") + ("\n" + ", ".join(parts) if parts else ""))
     return fig

@@ -17,6 +17,8 @@ or means over examples with their row counts ``n`` (``compare``'s bounded ``mean
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -24,13 +26,38 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from anchorlens.analyses.evidence_table import NORM, WEIGHT
 from anchorlens.analyses.frames import head_means, per_head
+from anchorlens.analyses.massive import COUNT as MASSIVE_COUNT
 from anchorlens.analyses.massive import MEDIAN, POSITION, TOP
-from anchorlens.analyses.sink_battery import ALPHA_FIRST, ALPHA_TOP, SINK_HEAD, SINK_HEAD_ANY, eps_label
+from anchorlens.analyses.sink_battery import (
+    ALPHA_FIRST,
+    ALPHA_TOP,
+    SINK_HEAD,
+    SINK_HEAD_ANY,
+    SINK_RATE,
+    SINK_RATE_ANY,
+    eps_label,
+)
 from anchorlens.analyses.value_mass import NORM_SHARE
 from anchorlens.figures._frames import filter_eq
 from anchorlens.figures._roles import ordered_roles, role_palette
-from anchorlens.figures._style import MAP_CMAP, new_figure, suptitle
+from anchorlens.figures._style import (
+    MAP_CMAP,
+    dodge,
+    fonts,
+    is_print,
+    legend_columns,
+    max_width,
+    new_figure,
+    panel_grid,
+    series_colors,
+    series_markers,
+    series_order,
+    size_preset,
+    sized,
+    suptitle,
+)
 from anchorlens.figures._ticks import nice_range, set_colorbar_ticks
 from anchorlens.figures.curves import _layer_axis
 
@@ -81,6 +108,7 @@ def _eps_of(frame: pd.DataFrame) -> list[float]:
     return sorted({float(m[len(prefix) :]) for m in frame["metric"].unique() if str(m).startswith(prefix)})
 
 
+@sized
 def sink_alpha_grid(frame: pd.DataFrame, *, checkpoint: str | None = None, title: str | None = None) -> Figure:
     """Layer x head heatmap of alpha_h(first key), averaged over examples; colour bar on nice numbers."""
     rows = per_head(_rows(frame, ALPHA_FIRST, checkpoint))
@@ -88,7 +116,10 @@ def sink_alpha_grid(frame: pd.DataFrame, *, checkpoint: str | None = None, title
     grid.index = pd.Index([int(v) for v in grid.index], name="layer")
     grid.columns = pd.Index([int(v) for v in grid.columns], name="head")
     lo, hi, ticks = nice_range(0.0, float(np.nanmax(grid.to_numpy(dtype=float))))
-    fig = new_figure(max(4.5, 0.45 * grid.shape[1] + 2.2), max(3.0, 0.28 * grid.shape[0] + 1.4))
+    height = max(3.0, 0.28 * grid.shape[0] + 1.4)
+    if is_print():  # rows of layers just over the floor font's height apart
+        height = min(height, max(2.2, 0.16 * grid.shape[0] + 1.3))
+    fig = new_figure(max(4.5, 0.45 * grid.shape[1] + 2.2), height)
     ax = fig.subplots()
     sns.heatmap(
         grid,
@@ -110,6 +141,7 @@ def sink_alpha_grid(frame: pd.DataFrame, *, checkpoint: str | None = None, title
     return fig
 
 
+@sized
 def sink_rate_curves(frame: pd.DataFrame, *, checkpoint: str | None = None, title: str | None = None) -> Figure:
     """Sink rate per layer for every eps: first-key sinks (solid) and any-key sinks (dashed); overall rate in the
     legend."""
@@ -137,6 +169,7 @@ def sink_rate_curves(frame: pd.DataFrame, *, checkpoint: str | None = None, titl
     return fig
 
 
+@sized
 def sink_top_roles(
     frame: pd.DataFrame, *, rank: int = 1, checkpoint: str | None = None, title: str | None = None
 ) -> Figure:
@@ -165,12 +198,13 @@ def sink_top_roles(
         bbox_to_anchor=(1.0, 0.5),
         frameon=False,
         title=f"key ranked {rank}\nby received mass",
-        title_fontsize=8,
+        title_fontsize=fonts().legend,
     )
     suptitle(fig, title or "which tokens the heads sink on")
     return fig
 
 
+@sized
 def massive_activations_figure(
     frame: pd.DataFrame,
     *,
@@ -205,6 +239,7 @@ def massive_activations_figure(
     return fig
 
 
+@sized
 def value_mass_curves(
     frame: pd.DataFrame,
     *,
@@ -238,4 +273,90 @@ def value_mass_curves(
     ax.set_ylabel(f"{query_role} queries → {key_role}: {VALUE_LABEL}")
     ax.legend(loc="best", frameon=False)
     suptitle(fig, title or f"{key_role}: weight vs value-aware mass (Kobayashi et al. 2020)")
+    return fig
+
+
+EVIDENCE_MEASURE_TEXT = {WEIGHT: "by weight (attention probability)", NORM: "by norm ‖α v W_O‖ (Kobayashi et al. 2020)"}
+
+
+def _evidence_measure_text(measure: str) -> str:
+    """Panel title of an evidence-table measure (weight, norm, sink_rate@ε, sink_rate_any@ε, massive_count)."""
+    if measure in EVIDENCE_MEASURE_TEXT:
+        return EVIDENCE_MEASURE_TEXT[measure]
+    name, _, eps = measure.partition("@")
+    if name == SINK_RATE:
+        return f"first key, ε = {eps}"
+    if name == SINK_RATE_ANY:
+        return f"any top key, ε = {eps}"
+    if name == MASSIVE_COUNT:
+        return "massive activations per layer"
+    return measure
+
+
+@sized
+def evidence_curves(
+    table: pd.DataFrame,
+    measures: Sequence[str],
+    *,
+    key: str = "",
+    checkpoints: Sequence[str] | None = None,
+    stack: str | None = None,
+    ylabel: str | None = None,
+    title: str | None = None,
+) -> Figure:
+    """Per-layer rows of the evidence table (``evidence.csv``: input queries, mean over examples with its 95% bootstrap
+    CI): one panel per measure, every checkpoint overlaid in its colour with its interval as a band, so the figure
+    shows exactly the numbers of the table. ``key``: the key of the measures (``first_token``, ``sink``, an anchor
+    role; ``""`` for sink rates and massive counts). ``stack`` defaults to the decoder (or the table's first)."""
+    rows = table[table["layer"].notna() & table["measure"].isin(list(measures))]
+    rows = rows[rows["key"].fillna("").astype(str) == key]
+    if rows.empty:
+        raise ValueError(f"no per-layer evidence rows of {', '.join(measures)} for key {key!r}")
+    stacks = list(dict.fromkeys(rows["stack"].astype(str)))
+    chosen = stack or ("decoder" if "decoder" in stacks else stacks[0])
+    rows = rows[rows["stack"].astype(str) == chosen]
+    every = series_order(rows["checkpoint"].astype(str), checkpoints)
+    colors, markers = series_colors(every), series_markers(every)
+    shown = [m for m in measures if (rows["measure"] == m).any()]
+    printed = is_print()
+    cols = min(len(shown), 2 if printed else 3)
+    n_rows = -(-len(shown) // cols)
+    if printed:
+        fig = new_figure(min(max_width() or 5.5, 2.7 * cols + 0.4), size_preset().panel_height * n_rows + 1.2)
+    else:
+        fig = new_figure(4.2 * cols + 0.6, 3.0 * n_rows + 1.1)
+    axes = panel_grid(fig, len(shown), max_columns=cols, sharey=True)
+    layers = rows["layer"].astype(int)
+    for idx, (ax, measure) in enumerate(zip(axes, shown)):
+        part = rows[rows["measure"] == measure]
+        present = [n for n in every if (part["checkpoint"].astype(str) == n).any()]
+        for i, name in enumerate(present):
+            line = part[part["checkpoint"].astype(str) == name].assign(_l=lambda d: d["layer"].astype(int))
+            line = line.sort_values("_l")
+            x = line["_l"] + dodge(i, len(present))
+            ax.plot(
+                x, line["mean"], marker=markers[name], ms=3, color=colors[name], label=name, gid=f"{measure}:{name}"
+            )
+            ax.fill_between(
+                x, line["ci_lo"].astype(float), line["ci_hi"].astype(float), color=colors[name], alpha=0.2, lw=0
+            )
+        _layer_axis(ax, layers)
+        ax.grid(alpha=0.3, lw=0.5)
+        ax.set_title(_evidence_measure_text(measure))
+        if idx % cols == 0:
+            ax.set_ylabel(ylabel or VALUE_LABEL)
+        if idx + cols >= len(shown):
+            ax.set_xlabel("layer")
+    handles, labels = [], []
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            if lab not in labels:
+                handles.append(h)
+                labels.append(lab)
+    pairs = sorted(zip(handles, labels), key=lambda p: every.index(p[1]))
+    ncols = legend_columns([p[1] for p in pairs], fig.get_figwidth() - 0.2)
+    fig.legend([p[0] for p in pairs], [p[1] for p in pairs], loc="outside lower center", ncols=ncols, frameon=False)
+    ns = sorted({int(v) for v in rows["n"].dropna()})
+    over = f"n = {ns[0]} examples" if len(ns) == 1 else f"n = {ns[0]}–{ns[-1]} examples"
+    suptitle(fig, (title or "Evidence per layer") + f"\n{chosen} stack; mean over {over}, shaded: 95% bootstrap CI")
     return fig

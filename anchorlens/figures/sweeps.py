@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
 from anchorlens.figures._labels import COLUMN_UNITS, UNITS, pretty
-from anchorlens.figures._style import new_figure, series_colors, series_markers, series_order, suptitle
+from anchorlens.figures._style import fonts, new_figure, series_colors, series_markers, series_order, sized, suptitle
 
 _CI_CLAIM = re.compile(r"\s*\(?\s*(with\s+)?95%\s*CI\s*\)?", re.IGNORECASE)
 LOG_RATIO = 20.0  # positive numeric x spanning at least this ratio gets a log axis
@@ -21,6 +21,7 @@ def _is_integer(values: pd.Series) -> bool:
     return bool(v.notna().all() and np.allclose(v, np.round(v)))
 
 
+@sized
 def sweep_curve(
     df: pd.DataFrame,
     x: str,
@@ -92,7 +93,7 @@ def sweep_curve(
     ax.set_ylabel(ylabel or pretty(y) + (f" ({unit})" if unit else ""))
     ax.grid(alpha=0.3)
     if by is not None:
-        ax.legend(frameon=False, fontsize=8)
+        ax.legend(frameon=False, fontsize=fonts().legend)
     text = _CI_CLAIM.sub("", title or f"{pretty(y)} by {pretty(x)}").strip()
     if drew_ci:
         text += "\nerror bars: 95% CI"

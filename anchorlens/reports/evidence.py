@@ -9,10 +9,12 @@ from matplotlib.figure import Figure
 
 from anchorlens.analyses.evidence_table import NORM, WEIGHT
 from anchorlens.analyses.massive import DEFAULT_ABS, DEFAULT_RATIO, TOP
-from anchorlens.analyses.sink_battery import ALPHA_FIRST
+from anchorlens.analyses.sink_battery import ALPHA_FIRST, SINK_RATE, SINK_RATE_ANY
 from anchorlens.analyses.value_mass import NORM_SHARE
 from anchorlens.figures._roles import ordered_roles
 from anchorlens.figures.sinks import (
+    RATE_LABEL,
+    evidence_curves,
     massive_activations_figure,
     sink_alpha_grid,
     sink_rate_curves,
@@ -71,14 +73,65 @@ def evidence_grid(table: pd.DataFrame, checkpoints: list[str], stack: str | None
     return grid.fillna("n/a (no such tokens)")
 
 
+def table_figures(table: pd.DataFrame, checkpoints: list[str]) -> list[tuple[str, str, Figure]]:
+    """(file stem, caption, figure) of what the evidence table reports, per layer, every checkpoint overlaid with
+    its 95% interval: mass by weight and by norm per key (input queries, as ``evidence.csv``) and the sink rates."""
+    if table is None or table.empty:
+        return []
+    per_layer = table[table["layer"].notna()]
+    out: list[tuple[str, str, Figure]] = []
+    mass = per_layer[per_layer["measure"].isin([WEIGHT, NORM])]
+    keys = sorted(set(mass["key"].fillna("").astype(str)), key=lambda k: (k != "first_token", k != "sink", k))
+    for key in keys:
+        what = {"first_token": "the first token", "sink": "the sink (first input token)"}.get(key, key)
+        out.append(
+            (
+                f"value_mass_{safe_stem(key)}",
+                f"Input queries' attention to {what} per layer, by weight and by norm ||α v W_O|| "
+                "(Kobayashi et al. 2020); the evidence table's per-layer rows, checkpoints overlaid",
+                evidence_curves(
+                    table,
+                    [WEIGHT, NORM],
+                    key=key,
+                    checkpoints=checkpoints,
+                    ylabel=f"input → {key}: share of the attention (0–1)",
+                    title=f"Input queries → {what}: weight vs value-aware mass",
+                ),
+            )
+        )
+    rates = sorted(
+        {str(m) for m in per_layer["measure"] if str(m).startswith((SINK_RATE + "@", SINK_RATE_ANY + "@"))},
+        key=lambda m: (float(m.partition("@")[2]), m.startswith(SINK_RATE_ANY)),
+    )
+    if rates:
+        out.append(
+            (
+                "sink_rate",
+                "Sink rate per layer: share of heads whose first key (or any top key) gets mean attention α > ε "
+                "(Gu et al. 2024), checkpoints overlaid",
+                evidence_curves(
+                    table, rates, checkpoints=checkpoints, ylabel=RATE_LABEL, title="Sink heads: α > ε per layer"
+                ),
+            )
+        )
+    return out
+
+
 def evidence_figures(
-    means: pd.DataFrame, checkpoints: list[str], options: dict | None = None
+    means: pd.DataFrame, checkpoints: list[str], options: dict | None = None, *, table: pd.DataFrame | None = None
 ) -> list[tuple[str, str, Figure]]:
-    """(file stem, caption, figure) of the sink and value-mass figures, one per measure and checkpoint, drawn from
-    compare's bounded ``means`` (every cell's mean over examples with its rows ``n``); none where the evidence
-    reducers did not run. ``options``: the run's ``evidence`` record (massive-activation thresholds)."""
+    """(file stem, caption, figure) of the sink and value-mass figures; none where the evidence reducers did not run.
+
+    With ``table`` (the evidence table, ``evidence.csv``) the value-mass and sink-rate figures draw its per-layer rows:
+    input queries, 95% intervals, every checkpoint overlaid in one figure (:func:`table_figures`). The per-head α grid,
+    the top-key roles and the massive activations stay one figure per checkpoint, drawn from compare's bounded
+    ``means`` (every cell's mean over examples with its rows ``n``). Without ``table`` every figure is drawn from
+    ``means`` per checkpoint (all queries). ``options``: the run's ``evidence`` record (massive-activation thresholds).
+    """
     if means is None or means.empty or "metric" not in means.columns:
         return []
+    from_table = table_figures(table, checkpoints) if table is not None else []
+    drawn_from_table = {"value_mass" if stem.startswith("value_mass_") else stem for stem, _, _ in from_table}
     metrics = set(means["metric"].astype(str))
     massive = dict((options or {}).get("massive_activations") or {})
     out: list[tuple[str, str, str, Callable[..., Figure]]] = []  # stem, caption, checkpoint, draw
@@ -88,19 +141,24 @@ def evidence_figures(
             continue
         stem = safe_stem(name)
         if ALPHA_FIRST in metrics:
-            out += [
+            out.append(
                 (
                     f"sink_alpha_{stem}",
                     f"{name}: α of the first key per layer and head (Gu et al. 2024)",
                     name,
                     sink_alpha_grid,
-                ),
-                (
-                    f"sink_rate_{stem}",
-                    f"{name}: sink rate per layer, first-key and any-key sinks, each ε",
-                    name,
-                    sink_rate_curves,
-                ),
+                )
+            )
+            if "sink_rate" not in drawn_from_table:
+                out.append(
+                    (
+                        f"sink_rate_{stem}",
+                        f"{name}: sink rate per layer, first-key and any-key sinks, each ε",
+                        name,
+                        sink_rate_curves,
+                    )
+                )
+            out += [
                 (
                     f"sink_top_roles_{stem}",
                     f"{name}: role of the key each head sinks on most (top-1 by mass)",
@@ -121,7 +179,7 @@ def evidence_figures(
                     ),
                 )
             )
-        if NORM_SHARE in metrics:
+        if NORM_SHARE in metrics and "value_mass" not in drawn_from_table:
             flow = rows[(rows["metric"] == "role_flow") & rows["query_role"].isin(sorted(GUIDANCE_NAMES))]
             for key in ["first_token", *ordered_roles(flow["query_role"].unique())]:
                 out.append(
@@ -132,7 +190,7 @@ def evidence_figures(
                         lambda frame, checkpoint, k=key: value_mass_curves(frame, key_role=k, checkpoint=checkpoint),
                     )
                 )
-    drawn = []
+    drawn = list(from_table)
     for stem, caption, name, draw in out:
         try:
             drawn.append((stem, caption, draw(means, checkpoint=name)))

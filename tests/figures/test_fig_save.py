@@ -9,11 +9,13 @@ from anchorlens.figures import figure_to_png_bytes, layer_curves, save_figure
 from . import synth
 
 
-def test_save_png_pdf_and_refuse_overwrite(tmp_path):
+def test_save_png_pdf_svg_and_refuse_overwrite(tmp_path):
     fig = layer_curves(synth.tidy(), "anchor_mass")
     paths = save_figure(fig, tmp_path / "sub" / "curves", dpi=60)
-    assert [p.name for p in paths] == ["curves.png", "curves.pdf"]
+    assert [p.name for p in paths] == ["curves.png", "curves.pdf", "curves.svg"]
     assert paths[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[1].read_bytes()[:4] == b"%PDF"
+    svg = paths[2].read_text()
+    assert "<svg" in svg and "<text" in svg and "layer" in svg  # text kept as text (svg.fonttype none)
     with pytest.raises(FileExistsError):
         save_figure(fig, tmp_path / "sub" / "curves", dpi=60)
     assert save_figure(fig, tmp_path / "sub" / "curves.png", formats=("png",), dpi=60, overwrite=True) == [paths[0]]
