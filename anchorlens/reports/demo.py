@@ -1,8 +1,9 @@
 """The demo's output: the per-layer view, a side-by-side table and a one-line finding for the terminal, a small report.
 
-``write_demo`` writes ``report.html`` (the finding, the headline table, the figure, the per-layer
-table), ``attention_budget.png``, ``per_layer.csv``, ``headline.csv`` and ``manifest.json``: a few
-hundred KB, where ``anchorlens compare`` writes every figure and the per-head statistics.
+``write_demo`` writes ``report.html`` (the finding, the headline table, the figures, the per-layer
+table), ``attention_budget.png``, ``streaming_maps.png/.pdf/.svg`` (chosen layers' attention maps averaged
+over examples, StreamingLLM's Fig. 2), ``per_layer.csv``, ``headline.csv`` and ``manifest.json``: well under
+1 MB, where ``anchorlens compare`` writes every figure and the per-head statistics.
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ from markupsafe import Markup
 
 from anchorlens.analyses.frames import per_head
 from anchorlens.figures import attention_budget, save_figure
+from anchorlens.figures.streaming import streaming_maps_figure
 from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles
 from anchorlens.roles.kinds import GUIDANCE_ROLES
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
-from anchorlens.workflows.demo import DEMO_PARTS, headline_of
+from anchorlens.workflows.demo import DEMO_PARTS, DemoResult, headline_of
 
 GUIDANCE_NAMES = tuple(r.label for r in GUIDANCE_ROLES)
 WIDTH = 8  # characters per number column
 FIGURE = "attention_budget.png"
+STREAMING_FIGURE = "streaming_maps"  # .png, .pdf, .svg
 SHORT = {"structural": "struct"}  # column headers that fit the number width
 NOT_APPLICABLE = "–"  # a part the checkpoint has not got (the base has no anchor)
 PART_NOTE = (
@@ -113,6 +116,9 @@ def finding(result: Comparison, checkpoint: str) -> str:
         if base_row is None or row is None or math.isnan(row.get("diff", math.nan)):
             continue
         label = str(row["label"]).replace(" (sink excluded)", "")
+        if bool(row.get("within_tolerance", False)):
+            pieces.append(f"{label} {base_row['mean']:.3f} → {row['mean']:.3f}, Δ 0 (within rounding)")
+            continue
         pieces.append(
             f"{label} {base_row['mean']:.3f} → {row['mean']:.3f}, "
             f"Δ {_signed(row['diff'])} [{_signed(row['diff_lo'])}, {_signed(row['diff_hi'])}]"
@@ -132,12 +138,29 @@ def _table_html(table: pd.DataFrame) -> Markup:
     return Markup(shown.to_html(escape=True, border=0))
 
 
+def streaming_caption(result: DemoResult) -> str:
+    """What the StreamingLLM-style figure plots, over which layers and how many examples."""
+    first = next(iter(result.mean_maps.values()))
+    n = sorted({m.n_examples for m in result.mean_maps.values()})
+    layers = ", ".join(map(str, first.layers))
+    return (
+        f"Attention maps of layers {layers}, averaged over heads and the first {'/'.join(map(str, n))} examples "
+        "aligned by position from the first token, one row per checkpoint; ▼ marks the sink (the first input "
+        f"token), hatched cells are masked (n/a) ({STREAMING_FIGURE}.png)"
+    )
+
+
 def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutClaim, force: bool = False) -> Path:
     """Write the demo's report, figure and tables atomically into ``out`` (a path or the command's claim)."""
     findings = [finding(result, name) for name in result.checkpoints[1:]]
     with claimed(out, kind="demo", force=force) as claim, claim.atomic() as tmp:
         fig = attention_budget(result.means, result.checkpoints)
         (png,) = save_figure(fig, tmp / Path(FIGURE).stem, formats=("png",), dpi=110)
+        figures = [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())]
+        if isinstance(result, DemoResult) and result.mean_maps:
+            maps_fig = streaming_maps_figure(result.mean_maps)
+            maps_png, *_ = save_figure(maps_fig, tmp / STREAMING_FIGURE, formats=("png", "pdf", "svg"), dpi=110)
+            figures.append((streaming_caption(result), maps_png.read_bytes()))
         table.to_csv(tmp / "per_layer.csv")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
@@ -146,7 +169,7 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
             title,
             facts,
             headline_grid(result.headline, result.checkpoints, present_roles(result.means)),
-            [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())],
+            figures,
             [*findings, *fixed_notes(result.headline)],
             tables=[(PART_NOTE, _table_html(table))],
         )

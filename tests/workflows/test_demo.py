@@ -84,9 +84,18 @@ def test_the_finding_line_is_the_headline_with_its_bootstrap_ci(tiny_demo):
 def test_the_report_is_small_and_holds_the_finding_figure_and_table(tiny_demo):
     out, _ = tiny_demo
     files = {p.name for p in out.iterdir()}
-    assert files == {"report.html", "attention_budget.png", "per_layer.csv", "headline.csv", "manifest.json"}
+    streaming = {f"streaming_maps.{ext}" for ext in ("png", "pdf", "svg")}  # the StreamingLLM-style figure
+    assert files == {
+        "report.html",
+        "attention_budget.png",
+        "per_layer.csv",
+        "headline.csv",
+        "manifest.json",
+        *streaming,
+    }
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 1 and "instance vs base (4 paired examples" in html
+    assert html.count("data:image/png;base64,") == 2 and "instance vs base (4 paired examples" in html
+    assert "Attention maps of layers 0, 1, 2, 3, averaged over heads and the first 4 examples" in html
     assert "<table" in html and "Table 1" in html and "None" not in html
     assert sum(p.stat().st_size for p in out.iterdir()) < 1_000_000
 
