@@ -33,6 +33,15 @@ def mean_of(sums: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     return (sums / c.clamp_min(1e-300)).masked_fill_(c <= 0, 0.0)
 
 
+def mean_or_empty(sums: torch.Tensor, live: torch.Tensor, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(value, keep): ``sums / live`` (:func:`mean_of`) with NaN where queries exist (``queries`` > 0) but none of
+    them sees a key (``live`` == 0: empty rows, never averaged in as zeros), and keep [..] = queries > 0 (the cells
+    that give a row: measured, or empty and flagged). live, queries: [N, H, S]; sums [N, H, S, ...]."""
+    value = mean_of(sums, live)
+    empty = (live <= 0).reshape(live.shape + (1,) * (sums.dim() - live.dim()))
+    return value.masked_fill_(empty.expand_as(value), float("nan")), queries > 0
+
+
 def _ascending(index: torch.Tensor) -> bool:
     """Whether a 1-d index is already sorted (then reordering by it would copy every array for nothing)."""
     return index.numel() < 2 or bool((index[1:] >= index[:-1]).all())

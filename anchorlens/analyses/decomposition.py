@@ -101,7 +101,7 @@ class DecompositionReducer(SiteReducer):
         return {"parts": self._parts_of_columns(event), "visibility": self._visibility(event)}
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
-        """mass [L, B, H, 2, P], count [1, B, 1, 2] (float64): no pass over [Q, K] of its own.
+        """mass [L, B, H, 2, P], count [1, B, H|1, 2] (float64; queries that see a key): no pass over [Q, K] of its own.
 
         The per-role masses of each query role, summed into the two query groups and mapped onto the parts
         by :meth:`_parts_of_columns` (the sink's mass moved out of its role).
@@ -109,7 +109,7 @@ class DecompositionReducer(SiteReducer):
         sums = stage.role_sums_of()  # [L, B, H, R, C]: first key, sink, valid, content, roles
         groups = self._groups.to(sums.device)
         mass = torch.matmul(torch.matmul(groups, sums), stage.constants["parts"])  # [L, B, H, 2, P]
-        return {"mass": mass, "count": torch.matmul(stage.query_counts(), groups.T)}
+        return {"mass": mass, "count": torch.matmul(stage.live_counts(), groups.T)}
 
     def _parts_of_columns(self, event: AttentionEvent) -> torch.Tensor:
         """[B, 1, C, P] float64: key-column sums (first key, sink, valid, content, roles) -> parts (the sink, then
@@ -145,7 +145,8 @@ class DecompositionReducer(SiteReducer):
         columns = key_columns(event)
         keys = torch.cat([columns[..., ROLE_COLUMNS], columns[..., SINK_KEY : SINK_KEY + 1]], -1).double()
         # keys: [B, K', R+1] (the roles, then the sink), zero rows for padding keys
-        seen = event.visible.to(keys.device)[:, 0].double().expand(keys.shape[0], -1, -1)  # [B, Q, K']
+        # what each query can attend to after every edit; a knockout of chosen heads: the mean over the heads
+        seen = event.visible.to(keys.device).double().mean(1).expand(keys.shape[0], -1, -1)  # [B, Q, K']
         q_hot = query_roles(event)  # [B, Q, R]
         pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
         return {"pairs": pairs[None, :, None], "queries": q_hot.sum(1)[None, :, None]}

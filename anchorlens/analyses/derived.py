@@ -30,9 +30,11 @@ Roles = Sequence[RoleLike] | str  # explicit roles, or INPUT / GUIDANCE: the run
 FIRST_TOKEN = "first_token"
 SITE: tuple[str, ...] = ("example", "stack", "layer", "head")
 MASK_REASON = "fixed by the causal mask"
-# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
-# role_flow rows (the bulk of a frame) are left as measured: the derived metrics carry the flags.
+EMPTY_REASON = "empty: no visible key after knockout"
+# metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them (the raw role_flow
+# rows too: one policy for every metric, figures and tables read the same flag)
 FLOW_METRICS = (
+    "role_flow",
     "anchor_mass",
     "anchor_structural",
     "island_score",
@@ -90,14 +92,16 @@ def _grouped(
 
 
 def pool_queries(rows: Rows, metric: str, query_label: str, key_label: str) -> Rows:
-    """Pool rows holding one (value, count) per site and query role: sum(value*count) / sum(count) per site
-    (sites without queries left out), sorted by site."""
+    """Pool rows holding one (value, count) per site and query role: sum(value*count) / sum(count) per site, sorted by
+    site. A site whose rows are all empty (count 0: queries that see no key) gives value NaN and count 0, flagged
+    ``empty`` by :func:`with_fixed`."""
     if not len(rows):
         return Rows.empty()
     groups = Groups.of(rows, SITE)
     mass, count = groups.sum(_nan0(rows.value * rows.count)), groups.sum(_nan0(rows.count))
-    keep = count > 0
-    return _grouped(rows, groups.first[keep], mass[keep] / count[keep], count[keep], metric, query_label, key_label)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        value = np.where(count > 0, mass / np.maximum(count, 1e-300), np.nan)
+    return _grouped(rows, groups.first, value, count, metric, query_label, key_label)
 
 
 def flow_rows(rows: Rows, key_roles: Roles, query_roles: Roles | None = None, metric: str = "flow_mass") -> Rows:
@@ -111,9 +115,10 @@ def flow_rows(rows: Rows, key_roles: Roles, query_roles: Roles | None = None, me
     if not len(flow):
         return Rows.empty()
     groups = Groups.of(flow, SITE + ("query_role",))
-    by_query = _grouped(
-        flow, groups.first, groups.sum(_nan0(flow.value)), flow.count[groups.first], metric, None, key_label
-    )
+    count = flow.count[groups.first]
+    # a query role whose queries see no key (empty rows: count 0, value NaN) has no mass to report: NaN, not 0
+    mass = np.where(count > 0, groups.sum(_nan0(flow.value)), np.nan)
+    by_query = _grouped(flow, groups.first, mass, count, metric, None, key_label)
     if queries is None:
         return by_query
     chosen = by_query.take(by_query.where("query_role", queries))
@@ -212,22 +217,40 @@ def derived_rows(rows: Rows, anchors: Sequence[RoleLike] = ("capsule",)) -> Rows
 
 
 def fixed_reasons(rows: Rows) -> tuple[np.ndarray, list[str]]:
-    """(row indices [k], reasons [k]) of the rows the attention mask fixes, from the ``visible_share`` /
-    ``visible_keys`` rows (:func:`anchorlens.analyses.metrics.mark_fixed`); none without them."""
-    if not rows.where("metric", ["visible_share"]).any():
-        return np.zeros(0, dtype=np.int64), []
+    """(row indices [k], reasons [k]) of the rows that are not measurements (:func:`anchorlens.analyses.metrics.
+    mark_fixed`): the one n/a policy of every metric, figure and table.
+
+    - ``empty``: rows of queries that see no key at all after every edit (a knockout removed every key they could
+      see): the reducers give them NaN and count 0 (:data:`EMPTY_REASON`); their query roles' other rows too, where
+      ``visible_keys`` says they see none;
+    - fixed by the mask, from the ``visible_share`` / ``visible_keys`` rows: a query role that sees no key of a key
+      role (value 0) or only keys of it (value 1) while such keys exist in the example, a query role that sees a
+      single key (entropy 0) (:data:`MASK_REASON` with the detail).
+    """
     metrics = ["visible_share", "visible_keys", "entropy", *FLOW_METRICS]
     part = np.nonzero(rows.where("metric", metrics))[0]  # keys of the rows that take part only
+    if not len(part):
+        return np.zeros(0, dtype=np.int64), []
     index, reasons = _fixed_among(rows.take(part))
     return part[index], reasons
 
 
 def _fixed_among(rows: Rows) -> tuple[np.ndarray, list[str]]:
     """:func:`fixed_reasons` of rows holding the visibility rows and the candidates only."""
+    candidate = rows.where("metric", [*FLOW_METRICS, "entropy"])
+    seen = rows.where("metric", ["visible_keys"])
+    by_query = _keys(rows, "example", "stack", "layer", "query_role")
+    blind = by_query[seen & (rows.value <= 0)]  # query roles that see no key at all
+    empty = candidate & ((np.isnan(rows.value) & (rows.count <= 0)) | member_of(by_query, blind))
+    empty_hits = np.nonzero(empty)[0]
+    empty_reasons = [EMPTY_REASON] * len(empty_hits)
+    if not rows.where("metric", ["visible_share"]).any():
+        return empty_hits, empty_reasons
+    measured = ~empty
     visible = rows.where("metric", ["visible_share"])
     by_key = _keys(rows, "example", "stack", "layer", "key_role")
     by_pair = _keys(rows, "example", "stack", "layer", "query_role", "key_role")
-    candidate = rows.where("metric", FLOW_METRICS)
+    candidate = rows.where("metric", FLOW_METRICS) & measured
     known, at = np.unique(by_pair[visible], return_index=True)
     found, share = lookup(by_pair[candidate], known, rows.value[visible][at])
     cand_key = by_key[candidate]
@@ -235,10 +258,9 @@ def _fixed_among(rows: Rows) -> tuple[np.ndarray, list[str]]:
     only = found & (share == 1) & member_of(cand_key, by_key[visible & (rows.value < 1)])
     flow_hits = np.nonzero(candidate)[0][zero | only]
     templates = np.where(zero[zero | only], " queries see no {k} key", " queries see only {k} keys")
-    seen = rows.where("metric", ["visible_keys"])
-    by_query = _keys(rows, "example", "stack", "layer", "query_role")
-    entropy = rows.where("metric", ["entropy"])
-    entropy_hits = np.nonzero(entropy & member_of(by_query, by_query[seen & (rows.value <= 1)]))[0]
+    entropy = rows.where("metric", ["entropy"]) & measured
+    single = by_query[seen & (rows.value <= 1) & (rows.value > 0)]
+    entropy_hits = np.nonzero(entropy & member_of(by_query, single))[0]
     queries, keys = rows.labels["query_role"], rows.labels["key_role"]
     reasons = [
         MASK_REASON + ": " + queries.vocab[queries.codes[i]] + t.format(k=keys.vocab[keys.codes[i]])
@@ -247,7 +269,7 @@ def _fixed_among(rows: Rows) -> tuple[np.ndarray, list[str]]:
     reasons += [
         MASK_REASON + ": " + queries.vocab[queries.codes[i]] + " queries see a single key" for i in entropy_hits
     ]
-    return np.concatenate([flow_hits, entropy_hits]), reasons
+    return np.concatenate([empty_hits, flow_hits, entropy_hits]), empty_reasons + reasons
 
 
 def with_fixed(rows: Rows) -> Rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from anchorlens.analyses.base import SiteReducer, mean_of, with_all
+from anchorlens.analyses.base import SiteReducer, mean_of, mean_or_empty, with_all
 from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, long_rows
@@ -43,8 +43,10 @@ def _entropy_from_terms(plogp_sum: torch.Tensor, mass: torch.Tensor, inv_log_key
 class EntropyReducer(SiteReducer):
     """Normalized attention entropy per valid query, averaged per example/site/head/query role.
 
-    ``entropy``: keys = visible and valid keys of the query; the row is renormalized over them and
-    H / log(#keys) is taken (0 when a query sees a single key). ``anchor_content_entropy``: the same
+    ``entropy``: keys = the valid keys the query can attend to after every edit (the event's ``visible``: causal
+    mask, window, padding, and the keys a ``renorm`` or ``zero`` knockout removed); the row is renormalized over
+    them and H / log(#keys) is taken (0 when a query sees a single key). A query that sees no key at all (an empty
+    row) is not averaged in; a role whose queries are all empty gives a NaN row with count 0. ``anchor_content_entropy``: the same
     restricted to CONTENT keys (renormalized over them), normalized by log(#visible content keys);
     a query that sees no content key or puts zero mass on content is left out of the average
     (count not incremented), one visible content key gives 0. The state keeps the content entropy
@@ -62,21 +64,23 @@ class EntropyReducer(SiteReducer):
         self._same_mask = IdentityCache()
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
-        """sum/count: [R] for ``entropy``; content_sum/content_count: [R] for content entropy."""
+        """sum/count/queries: [R] for ``entropy`` (count: queries that see a key; queries: valid queries);
+        content_sum/content_count: [R] for content entropy."""
         r = (self.num_roles,)
-        return {"sum": r, "count": r, "content_sum": r, "content_count": r}
+        return {"sum": r, "count": r, "queries": r, "content_sum": r, "content_count": r}
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
         """[B, H, q, 2] mass and [B, H, q, 2] sum of p·log p, over every valid key and over content keys."""
         return column_mass(event)[..., PLOGP_COLUMNS], column_plogp(event)
 
     def _stage_constants(self, event: AttentionEvent) -> dict:
-        """From the visible keys per query (all, content), shaped [B|1, 1, q, 1, F] like the staged values: 1 / log(n),
-        0 where n < 2, and whether a content key is visible (bool); shared by the layers of a forward."""
+        """From the keys each query can attend to after every edit (all, content), shaped [B|1, H|1, q, 1, F] like the
+        staged values: 1 / log(n), 0 where n < 2, and whether a content key is visible (bool); shared by the layers
+        of a forward."""
 
         def compute() -> dict:
-            counts = visible_key_counts(event)  # [B|1, q, R]
-            keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, None, :, None]
+            counts = visible_key_counts(event)  # [B|1, H|1, q, R]
+            keys = torch.stack([counts.sum(-1), counts[..., int(Role.CONTENT)]], -1)[:, :, :, None]
             return {
                 "inv_log_keys": torch.where(keys >= 2, 1.0 / keys.clamp_min(2).log(), 0.0),
                 "sees_content": keys[..., 1:] >= 1,
@@ -97,7 +101,8 @@ class EntropyReducer(SiteReducer):
         )
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
-        """Four [L, B, H, R] sums (count: [1, B, 1, R]), float64, from the staged mass and p·log p."""
+        """Four [L, B, H, R] sums (count: [1, B, H|1, R], queries [1, B, 1, R]), float64, from the staged mass and
+        p·log p."""
         mass = stage.stacked(0)  # [B, H, q, L, 2]: over every valid key, over content keys
         # overall and content entropy side by side in the last dim: one pass of the small ops for both
         entropy = _entropy_from_terms(stage.stacked(1), mass, stage.constants["inv_log_keys"])
@@ -108,7 +113,8 @@ class EntropyReducer(SiteReducer):
         sums = stage.role_sums(torch.cat([entropy, c_ok], -1))  # [L, B, H, R, 3]
         return {
             "sum": sums[..., 0],
-            "count": stage.query_counts(),
+            "count": stage.live_counts(),
+            "queries": stage.query_counts(),
             "content_sum": sums[..., 1],
             "content_count": sums[..., 2],
         }
@@ -118,16 +124,19 @@ class EntropyReducer(SiteReducer):
     ) -> Rows:
         """``entropy`` rows ([N, H, R+1]) and ``anchor_content_entropy`` rows ([N, H, 1 or R])."""
         total, count = with_all(arrays["sum"], arrays["count"])
+        queries = with_all(arrays["queries"], arrays["queries"])[1]
+        value, keep = mean_or_empty(total, count, queries)
         overall = long_rows(
             stack,
             layer,
             examples,
             heads,
             "entropy",
-            mean_of(total, count).unsqueeze(-1).numpy(),
+            value.unsqueeze(-1).numpy(),
             count.numpy(),
             self.query_labels,
             (NO_ROLE,),
+            keep.numpy(),
         )
         c_sum, c_count = arrays["content_sum"], arrays["content_count"]
         labels: tuple[str, ...] = self.roles.names

@@ -15,8 +15,16 @@ measure             key              per-example value (input queries: every non
 ``norm``            ANCHOR           ``norm_share`` of ANCHOR's keys, input queries
 ``sink_rate@e``     ``""``           ``sink_battery``: share of the layer's heads whose first key gets alpha > e
 ``sink_rate_any@e`` ``""``           the same for any of the top keys by received mass
-``massive_count``   ``""``           ``massive_activations``: entries with |h| > 100 and > 1000 x median
+``massive_count``   ``""``           ``massive_activations`` over INPUT positions: entries with |h| > 100 and > 1000 x
+                                     their median (the positions a method inserts left out; the all-positions count
+                                     stays in metrics.parquet, query_role ``all``)
 =================== ================ ===================================================================================
+
+Input-only: every measure reads input queries (or input positions), never the row of a position a method inserted
+or a knockout emptied, except where its definition cannot: the sink rates count every valid query (the battery's
+definition, inserted positions' rows included; queries a knockout left with no key see no key and are not
+counted), and a knockout of input keys (``keys=first``, ``pos=N``) acts on input positions. The table's ``includes``
+column says so for each such row (empty: input-only).
 
 Pooling over input query roles weighs every query once: sum_s value[s] * count[s] / sum_s count[s], the same for
 weight and norm, so the two columns differ only in what is measured. Sink rates count every valid query (the
@@ -48,7 +56,7 @@ NORM = "norm"
 FIRST = FIRST_LABEL  # "first_token"
 CELL: tuple[str, ...] = ("stack", "layer", "measure", "key")
 ALL_LAYERS = -1  # the all-layers row inside the spill; <NA> in the table
-TABLE_COLUMNS: tuple[str, ...] = ("checkpoint", *CELL, "mean", "ci_lo", "ci_hi", "n")
+TABLE_COLUMNS: tuple[str, ...] = ("checkpoint", *CELL, "mean", "ci_lo", "ci_hi", "n", "includes")
 EVIDENCE_METRICS_PREFIXES = (NORM_SHARE, SINK_RATE + "@", SINK_RATE_ANY + "@", MASSIVE_COUNT)
 
 
@@ -106,6 +114,8 @@ def example_evidence(df: pd.DataFrame, anchors: Sequence[str] = ()) -> pd.DataFr
     for name in sorted(set(metric[metric.str.startswith((SINK_RATE + "@", SINK_RATE_ANY + "@"))])):
         parts.append(_per_layer(df[metric == name], name))
     massive = df[metric == MASSIVE_COUNT]
+    if len(massive) and (massive["query_role"] == INPUT).any():
+        massive = massive[massive["query_role"] == INPUT]  # input positions only (not inserted/knocked-out rows)
     if len(massive):
         parts.append(_per_layer(massive, MASSIVE_COUNT))
     parts = [p for p in parts if len(p)]
@@ -124,9 +134,18 @@ class EvidenceSummaries:
     """The evidence table of a comparison, gathered chunk by chunk: per-example values spilled to disk (bounded
     memory), summarised block by block at the end."""
 
-    def __init__(self, folder: Path, n_examples: int, anchors: Mapping[str, Sequence[str]]) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        n_examples: int,
+        anchors: Mapping[str, Sequence[str]],
+        knocked_out: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
+        """``anchors``: checkpoint -> the guidance roles it inserts; ``knocked_out``: checkpoint -> the keys its
+        knockouts remove (``instance``, ``first``, ``pos=N``), for the ``includes`` column."""
         self.spill = CellSpill(folder, CELL, n_examples)
         self.anchors = {k: tuple(v) for k, v in anchors.items()}
+        self.knocked_out = {k: tuple(v) for k, v in (knocked_out or {}).items()}
 
     def add(self, checkpoint: str, df: pd.DataFrame) -> None:
         """Fold one checkpoint's chunk of tidy rows in."""
@@ -144,7 +163,42 @@ class EvidenceSummaries:
                     parts.append(summarize(rows, list(CELL), n_boot=n_boot).assign(checkpoint=side))
         if not parts:
             return pd.DataFrame(columns=list(TABLE_COLUMNS))
-        return order_table(pd.concat(parts, ignore_index=True), checkpoints)
+        table = pd.concat(parts, ignore_index=True)
+        return order_table(with_includes(table, self.anchors, self.knocked_out), checkpoints)
+
+
+_INPUT_KEYS = ("first", "pos=")  # knockout keys that are input positions (a role name is a role's keys)
+
+
+def includes_note(measure: str, key: str, anchors: Sequence[str], knocked_out: Sequence[str]) -> str:
+    """What a measure of a checkpoint includes beyond input queries and positions (``""``: input-only): the rows of
+    inserted positions (``anchors``: the guidance roles the checkpoint inserts), knocked-out keys or positions
+    (``knocked_out``: its knockouts' keys, ``instance``, ``first``, ``pos=N``)."""
+    notes = []
+    input_knockouts = [k for k in knocked_out if k.startswith(_INPUT_KEYS)]
+    if measure.startswith((SINK_RATE + "@", SINK_RATE_ANY + "@")):
+        if anchors:
+            notes.append(f"rows of inserted {'/'.join(anchors)} positions")
+        notes += [f"knocked-out {k} key" for k in knocked_out]
+    elif measure == MASSIVE_COUNT:
+        notes += [f"knocked-out {k} position" for k in input_knockouts]
+    elif measure in (WEIGHT, NORM):
+        if key == FIRST and anchors:
+            notes.append(f"first key: an inserted {'/'.join(anchors)} position where it comes first")
+        if key in knocked_out or (key in (FIRST, SINK) and input_knockouts):
+            notes.append(f"knocked-out key ({', '.join([k for k in knocked_out if k == key] or input_knockouts)})")
+    return "; ".join(notes)
+
+
+def with_includes(
+    table: pd.DataFrame, anchors: Mapping[str, Sequence[str]], knocked_out: Mapping[str, Sequence[str]]
+) -> pd.DataFrame:
+    """``table`` (checkpoint, measure, key columns) with the ``includes`` column of :func:`includes_note`."""
+    notes = [
+        includes_note(str(m), str(k), anchors.get(str(c), ()), knocked_out.get(str(c), ()))
+        for c, m, k in zip(table["checkpoint"], table["measure"], table["key"], strict=True)
+    ]
+    return table.assign(includes=notes)
 
 
 def order_table(table: pd.DataFrame, checkpoints: Sequence[str]) -> pd.DataFrame:
@@ -162,6 +216,8 @@ def order_table(table: pd.DataFrame, checkpoints: Sequence[str]) -> pd.DataFrame
     ).sort_values(["_c", "stack", "_k", "key", "_m", "measure", "_l"], kind="stable")
     table["layer"] = nullable_layers(table["_l"])
     table["n"] = table["n"].astype(np.int64)
+    if "includes" not in table.columns:
+        table["includes"] = ""
     return table[list(TABLE_COLUMNS)].reset_index(drop=True)
 
 
@@ -170,9 +226,14 @@ def nullable_layers(layers: Iterable[int]) -> pd.arrays.IntegerArray:
     return pd.array([None if v == ALL_LAYERS else int(v) for v in layers], dtype="Int64")
 
 
-def evidence_table(frame: pd.DataFrame, anchors: Mapping[str, Sequence[str]], n_boot: int = 2000) -> pd.DataFrame:
+def evidence_table(
+    frame: pd.DataFrame,
+    anchors: Mapping[str, Sequence[str]],
+    n_boot: int = 2000,
+    knocked_out: Mapping[str, Sequence[str]] | None = None,
+) -> pd.DataFrame:
     """The evidence table of an in-memory tidy frame with a ``checkpoint`` column (what :class:`EvidenceSummaries`
-    gives chunk by chunk): per-example values, then mean and bootstrap CI over examples."""
+    gives chunk by chunk): per-example values, then mean and bootstrap CI over examples, and ``includes``."""
     parts = [
         example_evidence(rows, anchors.get(str(name), ())).assign(checkpoint=str(name))
         for name, rows in frame.groupby("checkpoint", sort=False)
@@ -181,6 +242,7 @@ def evidence_table(frame: pd.DataFrame, anchors: Mapping[str, Sequence[str]], n_
     if rows.empty:
         return pd.DataFrame(columns=list(TABLE_COLUMNS))
     out = summarize(rows, ["checkpoint", *CELL], n_boot=n_boot)
+    out = with_includes(out, {str(k): tuple(v) for k, v in anchors.items()}, dict(knocked_out or {}))
     return order_table(out, list(dict.fromkeys(frame["checkpoint"].astype(str))))
 
 
@@ -194,6 +256,7 @@ __all__ = [
     "evidence_table",
     "example_evidence",
     "has_evidence",
+    "includes_note",
     "nullable_layers",
     "order_table",
 ]

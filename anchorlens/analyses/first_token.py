@@ -67,11 +67,11 @@ class FirstTokenReducer(SiteReducer):
         return {"found": found.view(1, -1, 1, 1).to(torch.float64)}
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
-        """sum [L, B, H, R], count [1, B, 1, R] (float64)."""
+        """sum [L, B, H, R], count [1, B, H|1, R] (float64; queries that see a key)."""
         sums = stage.role_sums_of()
         return {
             "sum": sums[..., FIRST_KEY] if not self.anchor_position else sums[..., 0],
-            "count": stage.query_counts() * stage.constants["found"],
+            "count": stage.live_counts() * stage.constants["found"],
         }
 
     def _site_rows(

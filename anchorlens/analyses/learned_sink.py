@@ -45,8 +45,8 @@ class LearnedSinkReducer(SiteReducer):
         return (event.learned_sink.unsqueeze(-1).clone(),)
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
-        """sum [L, B, H, R], count [1, B, 1, R] (float64)."""
-        return {"sum": stage.role_sums_of()[..., 0], "count": stage.query_counts()}
+        """sum [L, B, H, R], count [1, B, H|1, R] (float64; queries that see a key)."""
+        return {"sum": stage.role_sums_of()[..., 0], "count": stage.live_counts()}
 
     def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

@@ -18,9 +18,15 @@ metric                       value                                              
 ``massive_ratio_top{r}``     1 if that |h| > ``ratio`` x the layer's median |h| else 0    its token's role
 ``massive_median``           the layer's median |h|                                       ``all``
 ``massive_count``            entries with both flags (massive activations)                ``all``
+``massive_median``           median |h| over the INPUT positions only                     ``input``
+``massive_count``            massive entries among the input positions (threshold: their  ``input``
+                             own median), leaving out every position a guidance inserted
 ============================ ============================================================ =================
 
-``count``: the example's valid positions. The state is sums per example and layer (an example seen twice, or
+The ``input`` rows leave out the positions a method inserts (soft prompt, instance, capsule): a knocked-out or
+inserted token's own residual stream can hold most of a checkpoint's massive activations (an instance token that
+a knockout left with no key to attend to), which says nothing about the input's. ``count``: the example's valid
+positions (``all``) or valid input positions (``input``). The state is sums per example and layer (an example seen twice, or
 in two shards, averages), merged by adding.
 """
 
@@ -30,7 +36,7 @@ import numpy as np
 import torch
 
 from anchorlens.analyses.base import SiteReducer
-from anchorlens.analyses.frames import ALL
+from anchorlens.analyses.frames import ALL, INPUT
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, cell_rows
 from anchorlens.capture.event import AttentionEvent, HiddenEvent
@@ -66,7 +72,8 @@ class MassiveActivationsReducer(SiteReducer):
     """Top |h| entries, median |h| and the massive-activation count of every block's output (module docstring).
 
     State per example (one head column, -1): ``top`` [5, m] (|h|, position, dimension, role id, present), ``stats``
-    [3] (median |h|, massive entries, valid positions) and ``seen`` [1].
+    [3] (median |h|, massive entries, valid positions), ``input_stats`` [3] (the same over input positions) and
+    ``seen`` [1].
     """
 
     name = "massive_activations"
@@ -90,8 +97,8 @@ class MassiveActivationsReducer(SiteReducer):
         return {"top": self.top, "abs_threshold": self.abs_threshold, "ratio": self.ratio}
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
-        """top: [5, m]; stats: [3]; seen: [1]."""
-        return {"top": (5, self.top), "stats": (3,), "seen": (1,)}
+        """top: [5, m]; stats: [3]; input_stats: [3]; seen: [1]."""
+        return {"top": (5, self.top), "stats": (3,), "input_stats": (3,), "seen": (1,)}
 
     def update(self, event: AttentionEvent) -> None:
         """Attention events carry no hidden states: nothing to do."""
@@ -121,12 +128,30 @@ class MassiveActivationsReducer(SiteReducer):
         )
         if m < self.top:
             top = torch.nn.functional.pad(top, (0, self.top - m))
-        massive = (mag > self.abs_threshold) & (mag > self.ratio * median[:, None, None]) & valid[..., None]
         found = valid.any(1).double()
-        stats = torch.stack([median.double(), massive.sum((1, 2)).double(), valid.sum(1).double()], 1) * found[:, None]
-        arrays = {"top": top[:, None], "stats": stats[:, None], "seen": found[:, None, None]}
+        stats = self._stats(mag, valid, median) * found[:, None]
+        inputs = torch.tensor(table.input_ids, dtype=torch.long, device=mag.device)
+        is_input = valid & torch.isin(event.roles.roles.to(mag.device), inputs)
+        input_stats = self._stats(mag, is_input) * found[:, None]
+        arrays = {
+            "top": top[:, None],
+            "stats": stats[:, None],
+            "input_stats": input_stats[:, None],
+            "seen": found[:, None, None],
+        }
         site = (event.stack, int(event.layer))
         self._sums.add([site], event.example_ids, _ALL_HEADS, {k: v[None] for k, v in arrays.items()})
+
+    def _stats(self, mag: torch.Tensor, where: torch.Tensor, median: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, 3] float64: median |h| over the positions ``where`` ([B, T] bool) of ``mag`` [B, T, d] (``median`` [B]
+        when already known), the massive entries among them (|h| > abs_threshold and > ratio x that median) and their
+        number of positions (0s where none)."""
+        b, t, d = mag.shape
+        if median is None:
+            flat = mag.masked_fill(~where[..., None], float("nan")).view(b, t * d)
+            median = flat.nanmedian(dim=1).values.nan_to_num_(0.0)  # [B]
+        massive = (mag > self.abs_threshold) & (mag > self.ratio * median[:, None, None]) & where[..., None]
+        return torch.stack([median.double(), massive.sum((1, 2)).double(), where.sum(1).double()], 1)
 
     def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]
@@ -144,6 +169,11 @@ class MassiveActivationsReducer(SiteReducer):
             stack, layer, examples, None, metric, value, positions, keep, query_role
         )
         parts = [rows(MEDIAN, median, ok), rows(COUNT, massive, ok)]
+        inputs = arrays["input_stats"].numpy()
+        i_median, i_massive, i_positions = (inputs[..., i] / n_seen for i in range(3))
+        there = ok & (i_positions > 0)
+        for metric, value in ((MEDIAN, i_median), (COUNT, i_massive)):
+            parts.append(cell_rows(stack, layer, examples, None, metric, value, i_positions, there, INPUT))
         for r in range(self.top):
             present = top[..., 4, r]
             there = present > 0

@@ -17,7 +17,10 @@ metric (``analyses.decomposition``), which the headline uses.
 Metrics fixed by the mask: :func:`mark_fixed` finds, from the ``visible_share``/``visible_keys``
 rows, cells whose value the attention mask decides (queries that can see no key of R: value 0;
 only keys of R: value 1; a single key: entropy 0) while keys of R exist in the example, and sets
-their value to NaN and the ``fixed`` column to the reason; every other row has ``fixed == ""``.
+their value to NaN and the ``fixed`` column to the reason; every other row has ``fixed == ""``. The same policy
+covers the raw ``role_flow`` rows and empty cells: a query role whose queries see no key at all after a knockout
+(fully masked rows) gets value NaN, count 0 and ``fixed`` = ``"empty: no visible key after knockout"``, never a 0
+averaged in (:func:`anchorlens.analyses.derived.fixed_reasons`).
 
 The functions here take and return frames; the computations run on integer-coded rows
 (:mod:`anchorlens.analyses.derived`), which :func:`metrics_frame` feeds straight from the reducers.

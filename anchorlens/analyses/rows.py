@@ -215,13 +215,17 @@ def long_rows(
     count: np.ndarray,
     query_labels: Sequence[str],
     key_labels: Sequence[str],
+    keep: np.ndarray | None = None,
 ) -> Rows:
-    """Tidy rows of one site from dense arrays; cells whose count is 0 are left out.
+    """Tidy rows of one site from dense arrays; cells whose count is 0 are left out (unless ``keep``).
 
     examples: [N]; heads: [H] model head indices, or None for one column of rows averaged over heads
-    (head <NA>); value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels; key_labels: R labels.
+    (head <NA>); value: [N, H, S, R]; count: [N, H, S]; query_labels: S labels; key_labels: R labels;
+    keep: [N, H, S] bool, the cells that give rows (default count > 0): an empty cell (queries exist, none sees a
+    key) kept with a NaN value and count 0, for :func:`~anchorlens.analyses.derived.with_fixed` to flag.
     """
-    keep = np.broadcast_to((np.asarray(count) > 0)[..., None], value.shape)
+    cells = np.asarray(count) > 0 if keep is None else np.asarray(keep, dtype=bool)
+    keep = np.broadcast_to(cells[..., None], value.shape)
     n, h, s, r = np.nonzero(keep)
     if n.size == 0:
         return Rows.empty()

@@ -210,10 +210,29 @@ def _work_buffer(event: AttentionEvent) -> torch.Tensor:
 
 
 def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
-    """[B, q, R] float32: how many valid keys of each role each query may see; cached on the event.
+    """[B, H|1, q, R] float32: how many valid keys of each role each query may see after every edit (the event's
+    ``visible``: mask, window and knockouts; per head where a knockout selects heads); cached on the event.
 
     Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
-        seen = event.visible.to(event.probs.device)[:, 0].to(event.probs.dtype)  # [B|1, q, K]
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[..., ROLE_COLUMNS])
+        seen = event.visible.to(event.probs.device).to(event.probs.dtype)  # [B|1, H|1, q, K]
+        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[:, None, :, ROLE_COLUMNS])
     return event.cache["visible_key_counts"]
+
+
+_LIVE = IdentityCache()
+
+
+def live_queries(event: AttentionEvent) -> torch.Tensor:
+    """[B, H|1, q] float64: 1 where a valid query sees at least one valid key after every edit (the event's
+    ``visible``), 0 for padding queries and for empty rows (a knockout removed every key the query could see: its
+    probabilities are all zero, it has no distribution to average). Shared by the layers and reducers of a forward."""
+    q, k, dev = event.layout.q, event.layout.k, event.probs.device
+
+    def compute() -> torch.Tensor:
+        visible = event.visible.to(dev)
+        keys = k.valid.to(dev).bool()[:, None, None, : visible.shape[-1]]  # [B, 1, 1, K']
+        sees = (visible & keys).any(-1)  # [B, H|1, q]
+        return (sees & q.valid.to(dev).bool()[:, None, :]).to(torch.float64)
+
+    return _LIVE.get((event.visible, q.valid, k.valid, dev), compute)

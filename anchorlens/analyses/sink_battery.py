@@ -106,7 +106,7 @@ class SinkBatteryReducer(SiteReducer):
             raise UsageError(f"sink battery top={top!r} must be a positive whole number of keys, e.g. 3")
         self.top = top
         super().__init__(roles)
-        # site -> [mass [B, H, K], queries [B, K], valid queries [B]] of the call whose chunks are arriving
+        # site -> [mass [B, H, K], queries [B, H, K], valid queries [B]] of the call whose chunks are arriving
         self._open: dict[tuple[str, int], list[torch.Tensor]] = {}
         self._seen_by = IdentityCache()
 
@@ -129,7 +129,7 @@ class SinkBatteryReducer(SiteReducer):
         if event.is_first_chunk or site not in self._open:
             self._open[site] = [
                 torch.zeros(b, h, k_all, dtype=torch.float64, device=probs.device),
-                torch.zeros(b, k_all, dtype=torch.float64, device=probs.device),
+                torch.zeros(b, h, k_all, dtype=torch.float64, device=probs.device),
                 torch.zeros(b, dtype=torch.float64, device=probs.device),
             ]
         mass, queries, n_queries = self._open[site]
@@ -137,7 +137,7 @@ class SinkBatteryReducer(SiteReducer):
         # the probabilities summed over the chunk's valid queries: one [1, q] x [q, K'] product per head
         # (the capture's rows are finite, padding queries' too; they weigh 0 here)
         mass[..., :k_cover] += torch.matmul(q_valid[:, None, None, :], probs).squeeze(2)
-        queries[:, :k_cover] += self._seen_counts(event, q_valid)
+        queries[..., :k_cover] += self._seen_counts(event, q_valid)
         n_queries += q_valid.sum(1)
         if event.is_last_chunk:
             del self._open[site]
@@ -145,46 +145,48 @@ class SinkBatteryReducer(SiteReducer):
             self._sums.add([site], event.example_ids, event.heads, arrays)
 
     def _seen_counts(self, event: AttentionEvent, q_valid: torch.Tensor) -> torch.Tensor:
-        """[B, K'] float64: valid queries of the chunk that may see each key (once per mask and chunk)."""
+        """[B, H|1, K'] float64: valid queries of the chunk that may see each key after every edit (a knockout's keys
+        are not seen: its heads per head), once per mask and chunk."""
 
         def compute() -> torch.Tensor:
-            seen = event.visible.to(q_valid.device)[:, 0].to(q_valid.dtype)  # [B|1, q, K']
-            return torch.matmul(q_valid[:, None, :], seen).squeeze(1).double()
+            seen = event.visible.to(q_valid.device).to(q_valid.dtype)  # [B|1, H|1, q, K']
+            return torch.matmul(q_valid[:, None, None, :], seen).squeeze(2).double()
 
         return self._seen_by.get((event.visible, event.layout.q.valid, q_valid.device), compute)
 
     def _reduce_call(
         self, event: AttentionEvent, mass: torch.Tensor, queries: torch.Tensor, n_queries: torch.Tensor
     ) -> dict[str, torch.Tensor]:
-        """The whole call's sums (mass [B, H, K] each key received from valid queries, queries [B, K] that see it,
+        """The whole call's sums (mass [B, H, K] each key received from valid queries, queries [B, H, K] that see it,
         n_queries [B] valid queries) -> state arrays [1, B, H, *shape] (float64)."""
         k = event.layout.k
         dev = mass.device
         valid = k.valid.to(dev).bool()  # [B, K]
         roles = k.roles.to(dev).double()  # [B, K]
         b, h, k_all = mass.shape
-        seen = valid & (queries > 0)  # keys some valid query sees
-        alpha = torch.where(seen[:, None], mass / queries.clamp_min(1.0)[:, None], 0.0)  # [B, H, K]
+        seen = valid[:, None] & (queries > 0)  # [B, H, K]: keys some valid query sees
+        alpha = torch.where(seen, mass / queries.clamp_min(1.0), 0.0)  # [B, H, K]
         first, found = anchor_key_index(valid, 0)
         rows = torch.arange(b, device=dev)
         first_mass = mass[rows, :, first]  # [B, H]
-        first_queries = queries[rows, first]  # [B]
-        first_queries_h = first_queries[:, None]  # [B, 1]
-        first_alpha = torch.where(first_queries_h > 0, first_mass / first_queries_h.clamp_min(1.0), 0.0)[:, :, None]
+        first_queries = queries[rows, :, first]  # [B, H]
+        first_alpha = torch.where(first_queries > 0, first_mass / first_queries.clamp_min(1.0), 0.0)[:, :, None]
         f = found.double()
         first_arr = (
-            torch.stack([first_mass, first_queries[:, None].expand(b, h), roles[rows, first][:, None].expand(b, h)], -1)
-            * f[:, None, None]
+            torch.stack([first_mass, first_queries, roles[rows, first][:, None].expand(b, h)], -1) * f[:, None, None]
         )
         m = min(self.top, k_all)
-        ranked = torch.where(seen[:, None], mass, -1.0)  # unseen keys rank last
+        ranked = torch.where(seen, mass, -1.0)  # unseen keys rank last
         top_mass, top_idx = ranked.topk(m, dim=-1)  # [B, H, m]
         present = (top_mass >= 0).double()
         position = (valid.long().cumsum(1) - 1).double()  # [B, K]: rank among the valid keys
         by_key = lambda t: t[:, None].expand(b, h, k_all).gather(-1, top_idx)  # noqa: E731  [B, K] -> [B, H, m]
         top_alpha = alpha.gather(-1, top_idx)
         top_arr = (
-            torch.stack([top_alpha, by_key(queries), by_key(position), by_key(roles), torch.ones_like(top_alpha)], -2)
+            torch.stack(
+                [top_alpha, queries.gather(-1, top_idx), by_key(position), by_key(roles), torch.ones_like(top_alpha)],
+                -2,
+            )
             * present[:, :, None]
         )
         if m < self.top:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from anchorlens.analyses.shared import query_hot_transposed
+from anchorlens.analyses.shared import live_queries, query_hot_transposed
 from anchorlens.analyses.table import SiteKey
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache, identity_key, same_tensors
@@ -35,7 +35,8 @@ class QueryStage:
     staging an event costs no tensor operation; :meth:`stacked` stacks a part of every slot in one.
     ``sites[i]`` is the (stack, layer) of slot i. What the slots share comes from the first event:
     ``example_ids`` [B], ``heads`` [H], ``query_hot_t`` [B, R, q] float64 (the one-hot of the chunk's query
-    roles, zero columns for padding queries) and ``constants``, what the reducer derived once from that
+    roles, zero columns for padding queries), ``live`` [B, H|1, q] float64 (1 where a valid query sees at least one
+    valid key after every edit: an empty row, all of whose keys a knockout removed, is 0) and ``constants``, what the reducer derived once from that
     event's mask and layout (for example visible-key counts). ``shared`` is the cache of the event during
     which the stage is reduced (every reducer reduces its stages on the same event, so work on the very same
     tensors, such as the role sums of the shared key-column sums, is done once and dies with the event).
@@ -49,6 +50,7 @@ class QueryStage:
         self.example_ids = event.example_ids
         self.heads = event.heads
         self.query_hot_t = query_hot_transposed(event)
+        self.live = live_queries(event)
         self.constants = constants
         self.shared: dict = {}
 
@@ -97,8 +99,15 @@ class QueryStage:
         return sums.to(torch.float64).view(b, h, -1, slots, f).permute(3, 0, 1, 2, 4)
 
     def query_counts(self) -> torch.Tensor:
-        """[1, B, 1, R] float64: valid queries of each role in the chunk (broadcasts over slots and heads)."""
+        """[1, B, 1, R] float64: valid queries of each role in the chunk (broadcasts over slots and heads), empty
+        ones included: how many queries of each role exist (see :meth:`live_counts` for the ones averaged)."""
         return self.query_hot_t.sum(-1)[None, :, None, :]
+
+    def live_counts(self) -> torch.Tensor:
+        """[1, B, H|1, R] float64: valid queries of each role that see at least one valid key after every edit
+        (mask, window, knockout): the queries a per-query mean averages over. A fully masked row (every key it could
+        see knocked out) is all zeros: averaging it in as a value would pull every mean towards 0."""
+        return torch.matmul(self.query_hot_t[:, None], self.live.unsqueeze(-1)).squeeze(-1)[None]
 
 
 class Stager:

@@ -78,9 +78,9 @@ class ValueMassReducer(SiteReducer):
         return (torch.cat([mass, share], -1),)
 
     def _reduce_stage(self, stage: QueryStage) -> dict[str, torch.Tensor]:
-        """sum [L, B, H, R, 2, P + 1], count [1, B, 1, R] (float64)."""
+        """sum [L, B, H, R, 2, P + 1], count [1, B, H|1, R] (float64; queries that see a key)."""
         sums = stage.role_sums(stage.stacked(0))  # [L, B, H, R, 2 (P + 1)]
-        return {"sum": sums.unflatten(-1, (2, -1)), "count": stage.query_counts()}
+        return {"sum": sums.unflatten(-1, (2, -1)), "count": stage.live_counts()}
 
     def _site_rows(
         self, stack: str, layer: int, examples: np.ndarray, heads: np.ndarray, arrays: dict[str, torch.Tensor]

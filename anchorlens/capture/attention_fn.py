@@ -260,6 +260,46 @@ def _shared_visibility(active: _session.CaptureSession, call: AttentionCall, sta
     )
 
 
+def edited_visibility(
+    visible: torch.Tensor, edit: KnockoutEdit | None, start: int, stop: int, heads: torch.Tensor | None
+) -> torch.Tensor:
+    """[B|1, H|1, q, K'] bool: ``visible`` [B|1, 1, q, K'] less the keys a knockout takes out of the softmax for
+    queries ``start:stop`` (``renorm``: masked before it; ``zero``: zeroed after it), the heads ``heads`` of the event
+    (None: all) where the knockout picks heads. ``value`` and ``mean`` knockouts leave the weights, and visibility,
+    as they are. The keys a query can actually attend to: what entropy normalises by and role means count."""
+    if edit is None:
+        return visible
+    removed = None
+    for mask in (edit.before, edit.after):
+        part = KnockoutEdit.chunk(mask, start, stop, visible.shape[-1])
+        if part is not None:
+            removed = part if removed is None else removed | part
+    if removed is None:
+        return visible
+    out = visible & ~removed
+    if heads is not None and out.shape[1] > 1:
+        out = out.index_select(1, heads)
+    return out
+
+
+def _shared_edited_visibility(
+    active: _session.CaptureSession,
+    vis: Visibility,
+    edit: KnockoutEdit | None,
+    start: int,
+    stop: int,
+    heads: torch.Tensor | None,
+) -> torch.Tensor:
+    """:func:`edited_visibility`, once per mask, edit and chunk for the layers of a forward (the knockout shares one
+    edit between the layers it acts on, so their events share one tensor and reducers reduce them together)."""
+    if edit is None or (edit.before is None and edit.after is None):
+        return vis.visible
+    return active.shared.get(
+        ("edited_visibility", vis.visible, edit.before, edit.after, start, stop, heads),
+        lambda: edited_visibility(vis.visible, edit, start, stop, heads),
+    )
+
+
 def _grouped_product(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """[B, H, q, W]: probabilities [B, H, q, K'] of the first K' keys times ``values`` [B, H_kv, K, W] (the query
     heads of a group share their kv head's values: [B, H_kv, G*q, K'] x [B, H_kv, K', W], nothing repeated)."""
@@ -445,10 +485,11 @@ def anchorlens_attention_forward(
                     probs, scores = probs.index_select(1, heads), scores.index_select(1, heads)
                     log_norm = log_norm.index_select(1, heads)
                 sink = None if call.sinks is None else learned_sink_mass(call, log_norm, heads, vis)
+                visible = _shared_edited_visibility(active, vis, edit, start, stop, heads if eager else None)
                 active.emit(
                     site,
                     probs.detach(),
-                    vis.visible,
+                    visible,
                     start,
                     scores.detach(),
                     log_norm.detach(),

@@ -16,8 +16,11 @@ class AttentionEvent:
     probs: [B, H, q, K'] float32 over the first K' <= K keys (K' < K when the keys after K' are hidden
     from every query of the event: a causal chunk of queries sees no later key), rows sum to 1 over
     visible keys (1 - ``learned_sink`` where the module has a learned sink; 0 elsewhere); only the selected heads, whose model indices are ``heads`` ([H] long).
-    visible: [B|1, 1, q, K'] bool, which of those keys each query may attend to (causal, window and
-    padding masks combined). layout: roles of *these* queries ([B, q]) and of all K keys ([B, K]); use
+    visible: [B|1, H|1, q, K'] bool, which of those keys each query may attend to after every edit (causal,
+    window and padding masks combined, less the keys a knockout removes from the softmax: ``renorm`` masks them
+    before it, ``zero`` zeroes them after it; ``value`` and ``mean`` knockouts keep the weights, so the keys stay
+    visible). H|1: 1 unless a knockout acts on some heads only (then one row per head of the event). A query whose
+    visible keys are all removed has an all-zero row of ``probs`` (an empty row). layout: roles of *these* queries ([B, q]) and of all K keys ([B, K]); use
     :attr:`key_count` (K') and :meth:`full_probs` rather than assuming K' = K. example_ids: [B] long, the examples' dataset indices.
     scores: [B, H, q, K] float32 attention logits (after soft-capping, bias and mask), and log_norm:
     [B, H, q, 1] float32 the log of the softmax normaliser (sink included), so that log probs = scores -

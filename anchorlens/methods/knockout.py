@@ -327,6 +327,8 @@ class KnockoutForward:
     sites: dict[int, Site]
     layout: LayoutProvider
     cache: dict[tuple[int, int, int], KnockoutEdit | None] = field(default_factory=dict)
+    # the edits of modules whose knockouts, roles and shapes agree are one object (capture keys work on its tensors)
+    shared: dict[tuple, tuple[tuple, KnockoutEdit]] = field(default_factory=dict)
     # mode=mean: the module whose K/V are being recorded from the mean state, and id(module) -> (key, value) recorded
     recording: nn.Module | None = None
     mean_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
@@ -356,6 +358,11 @@ class KnockoutForward:
         if not acting:
             return None
         layout = self.layout.layout(site.stack, site.layer)
+        kept = (layout.q.roles, layout.q.valid, layout.k.roles, layout.k.valid)
+        same = (tuple(id(k) for k in acting), *(id(t) for t in kept), num_heads, q_len, k_len, str(device))
+        hit = self.shared.get(same)
+        if hit is not None and all(a is b for a, b in zip(hit[0], kept, strict=True)):
+            return hit[1]
         masks: dict[str, torch.Tensor] = {}
         for ko in acting:
             keys = ko.key_mask(layout.k).to(device)[:, :k_len]
@@ -366,7 +373,9 @@ class KnockoutForward:
                 mask = mask & heads.view(1, -1, 1, 1)
             slot = {"renorm": "before", "zero": "after", "value": "value", "mean": "mean"}[ko.config.mode]
             masks[slot] = mask if slot not in masks else masks[slot] | mask
-        return KnockoutEdit(**masks)
+        edit = KnockoutEdit(**masks)
+        self.shared[same] = (kept, edit)  # the layout tensors kept alive: their ids stay theirs
+        return edit
 
 
 _ACTIVE: contextvars.ContextVar[KnockoutForward | None] = contextvars.ContextVar("anchorlens_knockout", default=None)

@@ -157,8 +157,11 @@ class Summaries:
         headline: Sequence[HeadlineMetric],
         evidence_anchors: Mapping[str, Sequence[str]] | None = None,
         scratch_dir: str | Path | None = None,
+        knocked_out: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         """``evidence_anchors``: checkpoint -> its guidance roles, when the evidence reducers run (None: off);
+        ``knocked_out``: checkpoint -> its knockouts' keys (the evidence table's ``includes`` column says which
+        measures include them);
         ``scratch_dir``: where the spill's temporary folder goes (default the system's temp dir; ``compare --out``
         puts it beside the output, on the disk the user chose for the run)."""
         if scratch_dir is not None:
@@ -166,7 +169,9 @@ class Summaries:
         self.scratch = tempfile.TemporaryDirectory(prefix=".anchorlens-compare-scratch-", dir=scratch_dir)
         folder = Path(self.scratch.name)
         self.evidence = (
-            None if evidence_anchors is None else EvidenceSummaries(folder / "evidence", n_examples, evidence_anchors)
+            None
+            if evidence_anchors is None
+            else EvidenceSummaries(folder / "evidence", n_examples, evidence_anchors, knocked_out)
         )
         self.writer = MetricsWriter(folder / "metrics.parquet")
         self.per_head = CellSpill(folder / "paired", CELL, n_examples)
@@ -194,17 +199,17 @@ class Summaries:
         if self.evidence is not None:
             self.evidence.add(checkpoint, df)
 
-    def result(self, names: Sequence[str], n_boot: int) -> dict:
+    def result(self, names: Sequence[str], n_boot: int, dtype: object | None = None) -> dict:
         """headline, paired, means, curves, metrics_file, scratch and evidence: the fields of a Comparison."""
         self.writer.close()
         per, fixed = self.headline.result()
-        headline = headline_from_rows(per, fixed, names, self.headline.metrics, n_boot=n_boot)
+        headline = headline_from_rows(per, fixed, names, self.headline.metrics, n_boot=n_boot, dtype=dtype)
         del per
         release_free_memory()  # each step's freed arrays back to the OS before the next one allocates its own
         family = ["checkpoint", "metric"]
         paired = pd.concat(
             [
-                compare_spill(spill, names[0], n_boot=n_boot, n_perm=2000, family=family)
+                compare_spill(spill, names[0], n_boot=n_boot, n_perm=2000, family=family, dtype=dtype)
                 for spill in (self.per_head, self.layer_means)
             ],
             ignore_index=True,

@@ -61,8 +61,9 @@ def _pool_queries(rows: pd.DataFrame, metric: str, query_label: str, key_label: 
         return empty_frame()
     rows = rows.assign(_mass=rows["value"] * rows["count"])
     out = rows.groupby(list(SITE_KEYS), sort=True, dropna=False).agg(_mass=("_mass", "sum"), count=("count", "sum"))
-    out = out[out["count"] > 0].reset_index()
-    out["value"] = out["_mass"] / out["count"]
+    out = out.reset_index()
+    # sites whose queries all see no key (empty rows, count 0): NaN, flagged empty by mark_fixed
+    out["value"] = (out["_mass"] / out["count"]).where(out["count"] > 0)
     out["metric"], out["query_role"], out["key_role"] = metric, query_label, key_label
     return conform(out.drop(columns="_mass"))
 
@@ -92,6 +93,7 @@ def flow_mass(
         .agg(value=("value", "sum"), count=("count", "first"))
         .reset_index()
     )
+    by_query["value"] = by_query["value"].where(by_query["count"] > 0)  # an empty query role has no mass
     if query_roles is None:
         by_query["metric"], by_query["key_role"] = metric, key_label
         return conform(by_query)
@@ -211,6 +213,7 @@ def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
 # metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them. The raw
 # role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
 _FLOW_METRICS = (
+    "role_flow",
     "anchor_mass",
     "anchor_structural",
     "island_score",
@@ -220,6 +223,7 @@ _FLOW_METRICS = (
     "guidance_absorption",
 )
 MASK_REASON = "fixed by the causal mask"
+EMPTY_REASON = "empty: no visible key after knockout"
 
 
 def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
@@ -229,14 +233,20 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
     every row is kept as measured (``fixed == ""``).
     """
     df = df.assign(fixed="") if "fixed" not in df.columns else df.copy()
+    site = ["example", "stack", "layer"]
+    candidates = df["metric"].isin(_FLOW_METRICS + ("entropy",))
+    blind = df[(df["metric"] == "visible_keys") & (df["value"] <= 0)][site + ["query_role"]].drop_duplicates()
+    in_blind = df[site + ["query_role"]].merge(blind.assign(_blind=True), on=site + ["query_role"], how="left")
+    empty = candidates & ((df["value"].isna() & (df["count"] <= 0)) | in_blind["_blind"].eq(True).to_numpy())
+    df.loc[empty, "value"] = np.nan
+    df.loc[empty, "fixed"] = EMPTY_REASON
     vis = df[df["metric"] == "visible_share"]
     if vis.empty:
         return df
-    site = ["example", "stack", "layer"]
     present = _present_keys(df).assign(_present=True)
     other = vis[vis["value"] < 1][site + ["key_role"]].drop_duplicates().assign(_other=True)
     share = vis[site + ["query_role", "key_role", "value"]].rename(columns={"value": "_share"})
-    flow = df["metric"].isin(_FLOW_METRICS)
+    flow = df["metric"].isin(_FLOW_METRICS) & ~empty
     cand = df.loc[flow, site + ["query_role", "key_role"]].reset_index()
     cand = cand.merge(share, on=site + ["query_role", "key_role"], how="inner")
     cand = cand.merge(present, on=site + ["key_role"], how="left").merge(other, on=site + ["key_role"], how="left")
@@ -247,8 +257,9 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
     )
     hit = cand[zero | one].assign(_why=reasons[(zero | one).to_numpy()])
     keys_seen = df[df["metric"] == "visible_keys"][site + ["query_role", "value"]].rename(columns={"value": "_keys"})
-    ent = df.loc[df["metric"] == "entropy", site + ["query_role", "key_role"]].reset_index()
-    ent = ent.merge(keys_seen[keys_seen["_keys"] <= 1], on=site + ["query_role"], how="inner")
+    ent = df.loc[(df["metric"] == "entropy") & ~empty, site + ["query_role", "key_role"]].reset_index()
+    single = keys_seen[(keys_seen["_keys"] <= 1) & (keys_seen["_keys"] > 0)]
+    ent = ent.merge(single, on=site + ["query_role"], how="inner")
     ent = ent.assign(_why=MASK_REASON + ": {q} queries see a single key")
     hits = pd.concat(
         [hit[["index", "query_role", "key_role", "_why"]], ent[["index", "query_role", "key_role", "_why"]]]

@@ -52,8 +52,10 @@ def _reference(base, batch) -> dict:
     return out
 
 
-def _value(frame: pd.DataFrame, metric: str) -> pd.Series:
-    return frame[frame["metric"] == metric].set_index(["layer", "example"])["value"]
+def _value(frame: pd.DataFrame, metric: str, query_role: str | None = None) -> pd.Series:
+    rows = frame[frame["metric"] == metric]
+    rows = rows if query_role is None else rows[rows["query_role"] == query_role]
+    return rows.set_index(["layer", "example"])["value"]
 
 
 @pytest.mark.parametrize("padding_side", ["left", "right"])
@@ -72,8 +74,11 @@ def test_massive_activations_equal_output_hidden_states(tiny_base, padding_side)
     frame = reducer.frame()
     assert frame["head"].isna().all()
     assert set(frame["layer"]) == set(range(base.config.num_hidden_layers))
-    median = _value(frame, "massive_median")
-    count = _value(frame, "massive_count")
+    median = _value(frame, "massive_median", "all")
+    count = _value(frame, "massive_count", "all")
+    # no position is inserted on a base: the input-only rows are the all-positions rows
+    pd.testing.assert_series_equal(_value(frame, "massive_count", "input"), count)
+    pd.testing.assert_series_equal(_value(frame, "massive_median", "input"), median)
     flags_abs, flags_ratio = [], []
     for key, (values, token, dim, med, mag) in ref.items():
         assert median[key] == pytest.approx(med, rel=1e-4)
@@ -104,7 +109,7 @@ def test_massive_activations_of_a_guided_model_read_the_kept_sequence(tiny_base)
     assert set(frame["layer"]) == set(range(base.config.num_hidden_layers))
     # the capsule's position exists only inside each block: the stream between blocks has the input's positions
     lengths = dict(zip(batch.example_ids.tolist(), batch.attention_mask.sum(1).tolist(), strict=True))
-    medians = frame[frame["metric"] == "massive_median"]
+    medians = frame[(frame["metric"] == "massive_median") & (frame["query_role"] == "all")]
     assert (medians["count"] == medians["example"].map(lengths)).all()
 
 
