@@ -73,9 +73,16 @@ def _diff_text(row: pd.Series) -> str:
     return f"Δ {row['diff']:{fmt}} [{row['diff_lo']:{fmt}}, {row['diff_hi']:{fmt}}]{q_text}"
 
 
+def fixed_cell(reason: str) -> str:
+    """The n/a text of a cell with a ``fixed`` reason: the mask's, or ``n/a (empty: ...)`` for a query that sees no
+    key after an edit."""
+    return f"n/a ({reason.split(';')[0]})" if reason.startswith("empty") else FIXED_CELL
+
+
 def _cell(row: pd.Series, baseline: bool) -> str:
-    if str(row.get("fixed", "") or "") not in ("", "nan"):
-        return FIXED_CELL
+    reason = str(row.get("fixed", "") or "")
+    if reason not in ("", "nan"):
+        return fixed_cell(reason)
     text = _mean_text(row)
     if not baseline and pd.notna(row.get("diff")):
         text += "; " + _diff_text(row)

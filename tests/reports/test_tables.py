@@ -55,3 +55,11 @@ def test_absent_roles_read_not_applicable_and_present_ones_keep_their_numbers():
     assert grid.loc["input → scaffold (sink excluded) (decoder)", "base"] == "0.200 [0.190, 0.210]"
     plain = headline_grid(headline, ["base", "instance"])  # without roles: the numbers as before
     assert plain.loc["input → guidance (decoder)", "base"] == "0.000 [0.000, 0.010]"
+
+
+def test_an_empty_cell_says_empty_and_a_mask_fixed_cell_says_the_mask():
+    from anchorlens.analyses.derived import EMPTY_REASON
+    from anchorlens.reports.tables import FIXED_CELL, fixed_cell
+
+    assert fixed_cell(EMPTY_REASON) == "n/a (empty: no visible key after knockout)"
+    assert fixed_cell("fixed by the causal mask: instance queries see only instance keys") == FIXED_CELL
