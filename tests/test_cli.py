@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,8 @@ def test_compare_writes_every_artifact(compare_dir):
     assert {"attention_maps.png", "layer_curves.png", "role_flow.png"} <= set(pngs)
     assert len(list((out / "figures").glob("*.pdf"))) == len(pngs)
     html = (out / "report.html").read_text()
-    assert "http://" not in html and "https://" not in html and "<script" not in html
+    assert "http://" not in html and "https://" not in html
+    assert "<script" in html and not re.search(r"<script[^>]*\bsrc\s*=", html)  # the view's script is inline
     assert html.count("data:image/png;base64,") == len(pngs)
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert set(metrics.checkpoint) == {"base", "instance"}

@@ -14,17 +14,20 @@ import typer
 
 from anchorlens.cli.app import app
 from anchorlens.cli.options import (
+    DEFAULT_FIGURE_SIZE,
     BatchOptions,
     Ckpts_,
     DataOptions,
     EvidenceOptions,
     ExactnessOptions,
     FigureOptions,
+    FigureSize_,
     Inputs_,
     ModelOptions,
     OutputOptions,
     SelectionOptions,
     TruncatedDataOptions,
+    ckpt_inputs,
     cli_command,
     input_dir,
 )
@@ -90,11 +93,12 @@ def demo(
     ] = None,
     out: Annotated[Path | None, typer.Option("--out", help=DEMO_OUT_HELP)] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an earlier anchorlens run in a named --out.")] = False,
+    figure_size: FigureSize_ = DEFAULT_FIGURE_SIZE,
 ) -> None:
     """Compare the base with an instance token on bundled RTE examples: where input attention goes, per layer."""
     if ckpt is not None and len(ckpt) < 2:
         raise UsageError("the demo compares at least two --ckpt (e.g. --ckpt base --ckpt instance)")
-    claim, replacing = claim_demo_out(out, force, [*(ckpt or ()), model.base, *data.sources])  # before any work
+    claim, replacing = claim_demo_out(out, force, [*ckpt_inputs(ckpt or ()), model.base, *data.sources])  # first
     with claim:
         inputs = data.read()
         from anchorlens.reports.demo import FIGURE, PART_NOTE, finding, per_layer_table, side_by_side, write_demo
@@ -112,7 +116,10 @@ def demo(
                 **data.workflow_kwargs(),
             )
         table = per_layer_table(result)
-        with stage("writing report.html and the figure"):
+        from anchorlens.figures import figure_size as sized
+
+        result.facts["figure_size"] = figure_size  # in the report's facts and the manifest
+        with stage("writing report.html and the figure"), sized(figure_size):
             path = write_demo(result, table, claim)
     typer.echo(f"{model.base} on {where}")
     typer.echo(textwrap.fill(PART_NOTE, width=100))
@@ -158,7 +165,7 @@ def compare(
     if len(ckpt) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
     # exclusive, before minutes of capture (rank 0 under torchrun); never an --out touching what it reads
-    claim = output.claim_resuming("compare", [*ckpt, model.base, *data.sources])
+    claim = output.claim_resuming("compare", [*ckpt_inputs(ckpt), model.base, *data.sources])
     try:
         data.read()
         selection = select.selection()
@@ -237,8 +244,9 @@ def figures(
     run_dir: Annotated[Path, typer.Argument(help="A directory written by `anchorlens compare`.")],
     out: Annotated[Path | None, typer.Option("--out", help="Where to write (default RUN_DIR/figures).")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out.")] = False,
+    figure_size: FigureSize_ = DEFAULT_FIGURE_SIZE,
 ) -> None:
-    """Redraw every figure of a compare run from its saved metrics and maps."""
+    """Redraw every figure of a compare run from its saved metrics and maps (e.g. --figure-size column for a paper)."""
     run_dir = input_dir(run_dir, "the compare run")
     target = OutputOptions(out or run_dir / "figures", force)
     claim = target.claim("figures", inputs=[p for p in run_dir.iterdir() if p.name != "figures"])  # what it reads
@@ -247,8 +255,8 @@ def figures(
         from anchorlens.reports.comparison import redraw_figures
 
         with stage("drawing figures"):
-            folder, count = redraw_figures(run_dir, claim)
-    typer.echo(f"wrote {count} figures (png + pdf) to {folder}/")
+            folder, count = redraw_figures(run_dir, claim, size=figure_size)
+    typer.echo(f"wrote {count} figures ({figure_size} size) to {folder}/")
 
 
 @app.command()
@@ -357,18 +365,19 @@ def capture(
 @app.command()
 @cli_command
 def params(
-    ckpt: Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat).")],
+    ckpt: Annotated[list[str], typer.Option("--ckpt", help="Checkpoint spec (repeat; NAME=SPEC shows it by NAME).")],
     model: ModelOptions,
 ) -> None:
     """Trainable parameters of each checkpoint spec and their share of the base."""
-    from anchorlens.methods.spec import load_guided
+    from anchorlens.methods.spec import load_guided, split_alias
 
     shared = model.load()
     total = shared.num_parameters()
     typer.echo(f"{model.base}: {total:,} parameters")
-    for spec in ckpt:
+    for text in ckpt:
+        name, spec = split_alias(text)  # NAME=SPEC: shown by its name
         guided = load_guided(spec, base=shared, allow_other_base=model.allow_other_base)
         rows = guided.parameter_report()
         trainable = sum(r["trainable"] for r in rows)
         detail = "; ".join(f"{r['method']}: {r['trainable']:,}" for r in rows) or "no guidance"
-        typer.echo(f"  {spec:<28} {trainable:>10,}  {100 * trainable / total:.4f}%  ({detail})")
+        typer.echo(f"  {name or spec:<28} {trainable:>10,}  {100 * trainable / total:.4f}%  ({detail})")

@@ -73,9 +73,16 @@ Ckpts_ = Annotated[
         help="Checkpoint spec (repeat): base, instance, instance:k=2,pos=middle, "
         "capsule, a checkpoint dir, a PEFT adapter dir or hub id (prompt, prefix, LoRA, DoRA, IA3; "
         "LORA_DIR:merge=true merges it), or model=ORG/NAME or model=DIR (another base sharing the "
-        "tokenizer), each composable with +: model=DIR+instance.",
+        "tokenizer), each composable with +: model=DIR+instance. NAME=SPEC names it in every table, figure and "
+        "file: ko='instance+knockout:keys=instance,mode=renorm'.",
     ),
 ]
+
+
+def ckpt_inputs(ckpts: Iterable[str]) -> list[str]:
+    """What ``--ckpt`` values read, for the --out checks: each value, and what follows a leading ``NAME=`` (the
+    spec of a named checkpoint; checked too when the text is not a name, which only adds refusals of real paths)."""
+    return [part for c in ckpts for part in (c, c.partition("=")[2]) if part]
 
 
 @dataclass(frozen=True)
@@ -344,15 +351,44 @@ class OutputOptions:
         return claim
 
 
+# anchorlens.figures.FIGURE_SIZES' names, here so --help and the check need no matplotlib (a test keeps them equal)
+FIGURE_SIZE_NAMES: tuple[str, ...] = ("screen", "column", "page")
+DEFAULT_FIGURE_SIZE = "screen"
+
+
+def figure_size_name(text: str) -> str:
+    """A parser for ``--figure-size``: one of :data:`FIGURE_SIZE_NAMES` (any case); BadParameter naming them."""
+    name = str(text).strip().lower()
+    if name not in FIGURE_SIZE_NAMES:
+        raise typer.BadParameter(
+            f"{str(text)!r} is not a figure size; use screen (the report), column (at most 5.5 in wide) or page "
+            "(at most 7 in wide)"
+        )
+    return name
+
+
+FigureSize_ = Annotated[
+    str,
+    typer.Option(
+        "--figure-size",
+        parser=figure_size_name,
+        metavar="screen|column|page",
+        help="Size preset of the figures: screen (default, for the report), column (at most 5.5 in wide, text >= 6 pt "
+        "at print size) or page (at most 7 in wide).",
+    ),
+]
+
+
 @dataclass(frozen=True)
 class FigureOptions:
-    """Whether to draw figures (tables and metrics are always written)."""
+    """Whether to draw figures (tables and metrics are always written), and at which size preset."""
 
     no_figures: Annotated[bool, typer.Option("--no-figures", help="Write tables and metrics only, no figures.")] = False
+    figure_size: FigureSize_ = DEFAULT_FIGURE_SIZE
 
     def writer_kwargs(self) -> dict[str, Any]:
-        """Keyword for the report writers: ``figures=False`` under --no-figures."""
-        return {"figures": not self.no_figures}
+        """Keywords for the report writers: ``figures=False`` under --no-figures, ``size`` (the figure preset)."""
+        return {"figures": not self.no_figures, "size": self.figure_size}
 
 
 EVIDENCE_HELP = (

@@ -8,6 +8,9 @@ LoRA-family adapters are applied to the base by PEFT, ``DIR:merge=true`` merged)
 ``parse_spec`` gives a typed ``Spec`` whose ``str`` parses back to an equal ``Spec``; ``load_guided``
 resolves specs, configs, checkpoint and adapter directories, Bases and GuidedModels to a GuidedModel
 (no guidance = the base).
+
+A checkpoint can be given a short name: ``NAME=SPEC`` (``ko=instance+knockout:keys=instance,mode=renorm``);
+:func:`split_alias` states the rule that tells a name from a spec.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from anchorlens.models.base import Base
 
 _BASE_NAMES = ("base", "none")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+(@[\w./-]+)?")  # ORG/NAME[@REVISION], as for bases
+ALIAS = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # a checkpoint's short name (NAME=SPEC)
+RESERVED_ALIASES = ("model",)  # ``model=ORG/NAME`` is a spec (another base), never a name
 
 
 def _choices_text() -> str:
@@ -108,6 +113,29 @@ def _directory_part(path: Path, text: str) -> Directory:
     raise UsageError(
         f"{text} is a directory but neither an anchorlens checkpoint (anchorlens.json) nor a PEFT adapter (adapter_config.json)"
     )
+
+
+# ---------------------------------------------------------------------- names
+def split_alias(text: str) -> tuple[str | None, str]:
+    """``NAME=SPEC`` -> (NAME, SPEC); any other text -> (None, text) (the whole text is the spec).
+
+    The rule: the text starts with a name ``[A-Za-z_][A-Za-z0-9_.-]*`` immediately followed by ``=``, the
+    name is not ``model`` (``model=ORG/NAME`` gives another base) and the whole text is not an existing path
+    (a directory called ``a=b`` stays a path). Only the first ``=`` splits, so the spec may hold more
+    (``ko=instance+knockout:keys=instance,mode=renorm``). A spec's own ``=`` always follows a ``:`` (method
+    options), a ``/`` (paths) or ``model``, none of which a name can hold, so no spec is read as a name.
+    A name followed by an empty spec is a UsageError.
+    """
+    name, eq, spec = text.strip().partition("=")
+    if not eq or not ALIAS.fullmatch(name) or name.lower() in RESERVED_ALIASES:
+        return None, text
+    if Path(text).expanduser().exists():
+        return None, text
+    if not spec.strip():
+        raise UsageError(
+            f"--ckpt {text!r} names {name!r} but gives no spec after '='; write NAME=SPEC, e.g. ko=instance"
+        )
+    return name, spec.strip()
 
 
 # ---------------------------------------------------------------------- parsing

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pandas as pd
+from markupsafe import Markup
 from matplotlib.figure import Figure
 
 from anchorlens.analyses.frames import per_head
@@ -18,6 +19,8 @@ from anchorlens.capture.maps_io import load_maps, save_maps
 from anchorlens.errors import DataError, UsageError
 from anchorlens.figures import (
     attention_map_figure,
+    current_figure_size,
+    figure_size,
     figure_to_png_bytes,
     head_diff_grid,
     head_grids,
@@ -26,12 +29,24 @@ from anchorlens.figures import (
     role_flow_heatmaps,
     save_figure,
 )
+from anchorlens.figures._style import size_preset
 from anchorlens.figures.maps import sink_tokens
 from anchorlens.reports.bases import adapter_lines, base_sentence
 from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid, safe_stem
-from anchorlens.reports.html import grid_html, render_report
+from anchorlens.reports.html import (
+    HEADLINE_TITLE,
+    Document,
+    Plot,
+    Table,
+    citations,
+    grid_html,
+    numbering,
+    render_document,
+)
+from anchorlens.reports.results import exactness_grid, sample_sizes, summary_sentences
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
+from anchorlens.views import attention_view_html
 from anchorlens.workflows.compare import Comparison
 from anchorlens.workflows.compare_summaries import CURVES, figure_summaries
 
@@ -47,19 +62,24 @@ DECOMPOSITION_NOTE = (
 
 
 def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
-    """(file stem, caption, figure) for every figure of a comparison."""
+    """(file stem, caption, figure) for every figure of a comparison; each caption says what is plotted over
+    which n (examples, layers, heads)."""
     base, others = result.checkpoints[0], result.checkpoints[1:]
     m = SINK_MASS
+    n, layers, heads = sample_sizes(result.means, int(result.facts.get("examples", 0) or 0))
+    over = f"{layers} layers" + (f" × {heads} heads" if heads else "")
     out = [
         (
             "attention_maps",
-            f"Attention map of example {result.facts['map_example']} (mean over layers and heads), "
-            "guidance outlined, structural tokens dashed",
+            f"Attention of each query (rows) to each key (columns) in example {result.facts['map_example']} "
+            f"(n = 1 example), mean over {over}, one panel per checkpoint; guidance outlined, structural tokens dashed",
             attention_map_figure(result.maps, layer="mean", head="mean"),
         ),
         (
             "layer_curves",
-            "Per-layer means with 95% bootstrap CI over examples; the sink is each checkpoint's first input token",
+            f"Per-layer means of the headline measures over n = {n} examples (each averaged over {heads} heads) with "
+            f"95% bootstrap CI, {layers} layers, one line per checkpoint; the sink is each checkpoint's first input "
+            "token",
             layer_curves(
                 result.curves,
                 [c.label for c in CURVES],
@@ -70,7 +90,8 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
         ),
         (
             "heads_sink",
-            "Attention of input queries to the sink by layer and head, one colour scale for every checkpoint",
+            f"Attention of input queries to the sink (the first input token) per layer and head ({over}), mean over "
+            f"n = {n} examples; one colour scale for every checkpoint",
             head_grids(result.means, m.metric, result.checkpoints, query_role=m.query_role, key_role=m.key_role),
         ),
     ]
@@ -81,7 +102,8 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
         out.append(
             (
                 f"heads_diff_{safe_stem(name)}",
-                f"Paired difference of attention to the sink, {name} − {base} (* q<0.05)",
+                f"Paired difference of attention of input queries to the sink, {name} − {base}, per layer and head "
+                f"({over}) over n = {n} paired examples (* q < 0.05)",
                 head_diff_grid(
                     paired, m.metric, checkpoint=name, query_role=m.query_role, key_role=m.key_role, bound=bound or None
                 ),
@@ -92,11 +114,28 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     out.append(
         (
             "role_flow",
-            "Role-to-role attention (rows: query role, columns: key role), mean over layers and heads",
+            f"Role-to-role attention (rows: query role, columns: key role), mean over n = {n} examples and {over}; "
+            "values the causal mask fixes are n/a, not findings",
             role_flow_heatmaps(flow, checkpoints=result.checkpoints),
         )
     )
-    return out + evidence_figures(result.means, result.checkpoints, result.facts.get("evidence"))
+    evidence = [
+        (stem, caption if "n = " in caption else f"{caption} (n = {n} examples, {over})", fig)
+        for stem, caption, fig in evidence_figures(result.means, result.checkpoints, result.facts.get("evidence"))
+    ]
+    return out + evidence
+
+
+EFFECTS_TITLES = {
+    "answer token": "Task effects: accuracy, the label's NLL and the KL to the baseline at the answer, per checkpoint",
+    "text": "Task effects: the text's next-token NLL and the KL to the baseline, per checkpoint",
+}
+EVIDENCE_TITLE = "Evidence beyond attention weights: mass by weight and by norm, sink rates, massive activations"
+EXACTNESS_TITLE = "Exactness certificate: max |Δ| of the captured attention against eager attention, per layer"
+EXACTNESS_NOTE = (
+    "Each checkpoint's capture is checked against eager attention on the first examples before any statistic is "
+    "computed; a capture above its dtype's threshold is refused unless --allow-inexact."
+)
 
 
 def write_metrics(df: pd.DataFrame, path_stem: Path) -> Path:
@@ -160,6 +199,12 @@ def effects_note(result: Comparison) -> str:
     )
 
 
+def effects_title(result: Comparison) -> str:
+    """The task-effects table's title: what it measures (at the answer token, or over a text)."""
+    where = str(result.effects["stack"].iloc[0]) if len(result.effects) else "answer token"
+    return EFFECTS_TITLES["answer token" if where == "answer token" else "text"]
+
+
 def effects_grid(result: Comparison) -> pd.DataFrame:
     """The task-effects table as a metric x checkpoint grid of formatted cells (empty when none was measured)."""
     if result.effects.empty:
@@ -167,11 +212,140 @@ def effects_grid(result: Comparison) -> pd.DataFrame:
     return headline_grid(result.effects, result.checkpoints)
 
 
-def write_comparison(
-    result: Comparison, out: str | Path | OutClaim, force: bool = False, *, figures: bool = True
-) -> Path:
-    """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing)."""
+def checkpoint_line(facts: dict, checkpoints: list[str]) -> str:
+    """``Checkpoints: base (the paired baseline); instance; ko = instance+knockout:...`` (a name's full spec)."""
+    specs = facts.get("checkpoint_specs") or {}
+    named = [f"{c} = {specs[c]}" if specs.get(c, c) != c else c for c in checkpoints]
+    return f"Checkpoints: {named[0]} (the paired baseline); " + "; ".join(named[1:]) + "."
+
+
+def comparison_document(
+    result: Comparison, rendered: list[tuple[str, str, bytes]], view: Markup | None = None
+) -> tuple[Document, list[str]]:
+    """The report of a comparison (:class:`~anchorlens.reports.html.Document`) and summary.md's lines, in the same
+    order: summary, headline table, task effects, evidence, figures, run details (certificate, facts)."""
+    base = result.checkpoints[0]
     grid = headline_grid(result.headline, result.checkpoints, present_roles(result.means))
+    effects = effects_grid(result)
+    evidence = evidence_grid(result.evidence, result.checkpoints)
+    exact = exactness_grid(result.facts.get("exactness"), result.checkpoints)
+    fixed = fixed_notes(result.headline)
+    n, layers, heads = sample_sizes(result.means, int(result.facts.get("examples", 0) or 0))
+    lead = [
+        f"Task {result.facts['task']}, {result.facts['examples']} examples from {result.facts['source']}, "
+        f"{base_sentence(result.facts)}.",
+        checkpoint_line(result.facts, result.checkpoints),
+        *(line for line in adapter_lines(result.facts) if line),
+    ]
+    warnings = [line for line in other_base_warnings(result.facts) if line]
+    tables = [
+        Table(
+            "headline",
+            HEADLINE_TITLE,
+            grid_html(grid),
+            f"Mean over n = {n} examples (each example averaged over {layers} layers and {heads} heads) with 95% "
+            f"bootstrap CI; Δ = paired difference to {base} with Benjamini-Hochberg q. {DECOMPOSITION_NOTE}",
+            tuple(fixed),
+        )
+    ]
+    if not effects.empty:
+        tables.append(Table("effects", effects_title(result), grid_html(effects), effects_note(result)))
+    if not evidence.empty:
+        tables.append(Table("evidence", EVIDENCE_TITLE, grid_html(evidence), EVIDENCE_NOTE))
+    details = []
+    if not exact.empty:
+        details.append(
+            Table("exactness", EXACTNESS_TITLE, grid_html(exact), EXACTNESS_NOTE, tuple(exactness_lines(result.facts)))
+        )
+    sentences = summary_sentences(
+        checkpoints=result.checkpoints,
+        headline=result.headline,
+        grid=grid,
+        effects=effects,
+        evidence=evidence,
+        exactness=result.facts.get("exactness"),
+        fixed=len(fixed),
+        figures=[stem for stem, _, _ in rendered],
+        sizes=f"n = {n} examples",
+    )
+    facts = {k: v for k, v in result.facts.items() if k != "exactness"}  # the certificate is its own table
+    facts["checkpoints"] = ", ".join(result.checkpoints)
+    if isinstance(facts.get("seconds"), dict):
+        facts["seconds"] = ", ".join(f"{k.replace('_', ' ')} {v:,.1f} s" for k, v in facts["seconds"].items())
+    title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
+    doc = Document(
+        title,
+        lead=lead,
+        warnings=warnings,
+        summary=sentences,
+        tables=tables,
+        figures=[Plot(stem, caption, png) for stem, caption, png in rendered],
+        details=details,
+        facts=facts,
+        view=view,
+        view_note=(
+            f"Attention maps of example {result.facts.get('map_example', 0)} (n = 1 example; the figures above "
+            "average over examples), every checkpoint, every layer and head: pick or combine heads in the layer × "
+            "head grid, hover a token to see its attention in and out, colour the text by attention from or to a "
+            "token or role, and compare two checkpoints on the tokens they share. Runs offline (inline script)."
+        ),
+    )
+    grids = [grid, *([effects] if not effects.empty else []), *([evidence] if not evidence.empty else [])]
+    return doc, summary_markdown(doc, grids, [exact] if details else [])
+
+
+SECTIONS = {"headline": "Headline", "effects": "Task effects", "evidence": "Evidence beyond attention weights"}
+
+
+def interactive_view(result: Comparison) -> Markup | None:
+    """The interactive attention view of the run's map example, every checkpoint (None without maps)."""
+    if not result.maps:
+        return None
+    example = result.facts.get("map_example", 0)
+    return Markup(attention_view_html(result.maps, title=f"example {example}, every checkpoint"))
+
+
+def summary_markdown(doc: Document, grids: list[pd.DataFrame], details: list[pd.DataFrame]) -> list[str]:
+    """summary.md's lines in the report's order and numbering: the summary, a section per table (``## Task
+    effects``) with its numbered title, the figures as links to figures/STEM.png, the run details."""
+    names = numbering(doc)
+    md = [f"# {doc.title}", "", *(f"{line}\n" for line in [*doc.lead, *doc.warnings])]
+    md += ["## Summary", ""]
+    for s in doc.summary:
+        cited = [text for _, text in citations(s.refs, names)]
+        md.append(f"- {s.text}" + (f" ({', '.join(cited)})" if cited else ""))
+    md.append("")
+    for i, (table, grid) in enumerate(zip(doc.tables, grids), 1):
+        md += [f"## {SECTIONS.get(table.key, table.title)}", "", f"**Table {i}: {table.title}.** {table.note}", ""]
+        md += [to_markdown(grid), "", *(f"- {line}" for line in table.after), *([""] if table.after else [])]
+    if doc.figures:
+        md += ["## Figures", ""]
+        md += [
+            f"- Figure {i}: {f.caption} ([figures/{f.key}.png](figures/{f.key}.png))"
+            for i, f in enumerate(doc.figures, 1)
+        ]
+        md.append("")
+    if doc.details:
+        md += ["## Run details", ""]
+        for i, (table, grid) in enumerate(zip(doc.details, details), len(doc.tables) + 1):
+            md += [f"**Table {i}: {table.title}.** {table.note}", "", to_markdown(grid, "layer"), ""]
+            md += [*(f"- {line}" for line in table.after), *([""] if table.after else [])]
+    return md
+
+
+def write_comparison(
+    result: Comparison,
+    out: str | Path | OutClaim,
+    force: bool = False,
+    *,
+    figures: bool = True,
+    size: str | None = None,
+) -> Path:
+    """Write every artifact atomically into ``out`` (a path, or the claim the command took before computing).
+
+    ``size``: the figures' preset (``screen``, ``column``, ``page``; default the current
+    :func:`~anchorlens.figures.figure_size`), recorded in the manifest and facts.json.
+    """
     with claimed(out, kind="compare", force=force) as claim, claim.atomic() as tmp:
         if result.metrics_file is not None:  # on disk (streamed by compare, or read back): copied, never loaded
             shutil.copyfile(result.metrics_file, tmp / result.metrics_file.name)
@@ -179,89 +353,66 @@ def write_comparison(
             write_metrics(result.metrics, tmp / "metrics")
         result.headline.to_csv(tmp / "headline.csv", index=False)
         result.paired.to_csv(tmp / "paired.csv", index=False)
-        effects = effects_grid(result)
-        if not effects.empty:
+        if not result.effects.empty:
             result.effects.to_csv(tmp / "task_effects.csv", index=False)
             write_metrics(result.effect_rows, tmp / "effects")
-        effect_lines = ["## Task effects", "", effects_note(result), "", to_markdown(effects), ""]
-        evidence = evidence_grid(result.evidence, result.checkpoints)
         if not result.evidence.empty:
             result.evidence.to_csv(tmp / "evidence.csv", index=False)
-        evidence_lines = ["## Evidence beyond attention weights", "", EVIDENCE_NOTE, "", to_markdown(evidence), ""]
         save_maps(result.maps, tmp / "maps")
-        rendered = []
-        if figures:
-            rendered = write_figures(result, tmp / "figures")
-        title = f"anchorlens compare: {' vs '.join(result.checkpoints)}"
-        facts = {**result.facts, "checkpoints": ", ".join(result.checkpoints)}
-        shown = {k: v for k, v in facts.items() if k != "exactness"}  # per-layer lists stay in the manifest
-        if "seconds" in shown:
-            shown["seconds"] = ", ".join(f"{k.replace('_', ' ')} {v:,.1f} s" for k, v in shown["seconds"].items())
-        exact = exactness_lines(result.facts)
-        md = [
-            f"# {title}",
-            "",
-            f"Task {result.facts['task']}, {result.facts['examples']} examples from "
-            f"{result.facts['source']}, {base_sentence(result.facts)}.",
-            "",
-            *adapter_lines(result.facts),
-            *other_base_warnings(result.facts),
-            *(f"{line}\n" for line in exact),
-            "Mean over examples (each example averaged over layers and heads) with 95% bootstrap CI; Δ = paired "
-            f"difference to {result.checkpoints[0]} with Benjamini-Hochberg q.",
-            "",
-            DECOMPOSITION_NOTE,
-            "",
-            to_markdown(grid),
-            "",
-            *(f"- {n}" for n in fixed_notes(result.headline)),
-            "",
-            *(effect_lines if not effects.empty else []),
-            *(evidence_lines if not evidence.empty else []),
-        ]
+        preset = size_preset(size) if size is not None else size_preset()
+        rendered = write_figures(result, tmp / "figures", size=preset.name) if figures else []
+        drawn = {"figure_size": preset.name} if figures else {}
+        doc, md = comparison_document(result, rendered, interactive_view(result))
+        doc.facts = {**doc.facts, **drawn}
         (tmp / "summary.md").write_text("\n".join(md))
-        (tmp / "report.html").write_text(
-            render_report(
-                title,
-                shown,
-                grid,
-                rendered,
-                [*other_base_warnings(result.facts)[:-1], *exact, DECOMPOSITION_NOTE, *fixed_notes(result.headline)],
-                tables=[
-                    *([(effects_note(result), grid_html(effects))] if not effects.empty else []),
-                    *([(EVIDENCE_NOTE, grid_html(evidence))] if not evidence.empty else []),
-                ],
-            )
+        (tmp / "report.html").write_text(render_document(doc))
+        write_json(tmp / "facts.json", {**result.facts, **drawn, "checkpoints": result.checkpoints})
+        digest = (
+            examples_digest(result.inputs.examples) if result.inputs is not None else result.facts.get("data_digest")
         )
-        write_json(tmp / "facts.json", {**result.facts, "checkpoints": result.checkpoints})
-        digest = examples_digest(result.inputs.examples) if result.inputs is not None else facts.get("data_digest")
-        write_manifest(tmp, "compare", **facts, data_digest=digest)
+        write_manifest(
+            tmp, "compare", **result.facts, **drawn, checkpoints=", ".join(result.checkpoints), data_digest=digest
+        )
     return claim.path
 
 
-def write_figures(result: Comparison, folder: Path) -> list[tuple[str, bytes]]:
-    """Save every comparison figure (png + pdf) into ``folder``; returns (caption, png bytes) pairs."""
+def write_figures(result: Comparison, folder: Path, size: str | None = None) -> list[tuple[str, str, bytes]]:
+    """Save every comparison figure into ``folder`` (the formats of :func:`~anchorlens.figures.save_figure`) at
+    the preset ``size`` (default the current one); returns (stem, caption, png bytes) triples."""
     folder.mkdir(parents=True, exist_ok=True)
     rendered = []
-    for stem, caption, fig in comparison_figures(result):
-        save_figure(fig, folder / stem, overwrite=True)
-        rendered.append((caption, figure_to_png_bytes(fig)))
+    with figure_size(size or current_figure_size()):
+        for stem, caption, fig in comparison_figures(result):
+            save_figure(fig, folder / stem, overwrite=True)
+            rendered.append((stem, caption, figure_to_png_bytes(fig)))
     return rendered
 
 
 def redraw_figures(
-    run_dir: str | Path, out: str | Path | OutClaim | None = None, force: bool = False
+    run_dir: str | Path,
+    out: str | Path | OutClaim | None = None,
+    force: bool = False,
+    *,
+    size: str | None = None,
 ) -> tuple[Path, int]:
-    """``anchorlens figures``: redraw a compare run's figures into ``out`` (default RUN_DIR/figures) atomically.
+    """``anchorlens figures``: redraw a compare run's figures into ``out`` (default RUN_DIR/figures) atomically, at
+    the preset ``size`` (default the current one).
 
-    Returns (folder, number of figures). The folder records a manifest; a kill leaves no half folder.
+    Returns (folder, number of figures). The folder records a manifest (with the size); a kill leaves no half folder.
     """
     target = Path(run_dir) / "figures" if out is None else out
+    preset = size_preset(size) if size is not None else size_preset()
     with claimed(target, kind="figures", force=force) as claim:
         result = load_comparison(run_dir)
         with claim.atomic() as tmp:
-            rendered = write_figures(result, tmp)
-            write_manifest(tmp, "figures", source=str(Path(run_dir).absolute()), figures=len(rendered))
+            rendered = write_figures(result, tmp, size=preset.name)
+            write_manifest(
+                tmp,
+                "figures",
+                source=str(Path(run_dir).absolute()),
+                figures=len(rendered),
+                figure_size=preset.name,
+            )
     return claim.path, len(rendered)
 
 

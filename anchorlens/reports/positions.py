@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from anchorlens.analyses.headline import anchor_metrics
-from anchorlens.figures import position_sweep, save_figure
+from anchorlens.figures import current_figure_size, figure_size, position_sweep, save_figure
 from anchorlens.reports.comparison import exactness_lines, write_metrics
 from anchorlens.reports.tables import FIXED_CELL, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
@@ -36,10 +36,16 @@ def write_positions(
     accuracy: pd.DataFrame | None = None,
     *,
     figures: bool = True,
+    size: str | None = None,
 ) -> Path:
-    """Write every artifact of a position sweep atomically into ``out`` (a path or the command's claim)."""
+    """Write every artifact of a position sweep atomically into ``out`` (a path or the command's claim); figures at
+    the preset ``size`` (:data:`~anchorlens.figures.FIGURE_SIZES`; default: the current one), recorded in the manifest."""
     grid = position_grid(sweep.summary, sweep.positions)
-    with claimed(out, kind="positions", force=force) as claim, claim.atomic() as tmp:
+    with (
+        claimed(out, kind="positions", force=force) as claim,
+        claim.atomic() as tmp,
+        figure_size(size or current_figure_size()) as preset,
+    ):
         write_metrics(sweep.metrics, tmp / "metrics")
         sweep.summary.to_csv(tmp / "positions.csv", index=False)
         if not sweep.evidence.empty:
@@ -78,5 +84,6 @@ def write_positions(
             "",
         ]
         (tmp / "summary.md").write_text("\n".join(md))
-        write_manifest(tmp, "positions", **sweep.facts, data_digest=examples_digest(sweep.inputs.examples))
+        drawn = {"figure_size": preset.name} if figures else {}
+        write_manifest(tmp, "positions", **sweep.facts, **drawn, data_digest=examples_digest(sweep.inputs.examples))
     return claim.path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from anchorlens.figures import save_figure, sweep_curve
+from anchorlens.figures import current_figure_size, figure_size, save_figure, sweep_curve
 from anchorlens.reports.tables import to_markdown
 from anchorlens.rundir import OutClaim, claimed, write_manifest
 
@@ -30,10 +30,15 @@ def write_sweep(
     runs: Path | None = None,
     figures: bool = True,
     curves: tuple[tuple[str, str, str], ...] = (("accuracy", "ci_lo", "ci_hi"),),
+    size: str | None = None,
 ) -> Path:
     """sweep.csv, summary.md, figures/ (one per ``curves`` (y, lo, hi) column triple present, with its 95% CI, and
-    one per extra metric), manifest.json (+ ``runs`` moved in), atomically."""
-    with claimed(out, kind=f"sweep-{kind}", force=force) as claim, claim.atomic() as tmp:
+    one per extra metric, at the preset ``size``, default the current one), manifest.json (+ ``runs`` moved in), atomically."""
+    with (
+        claimed(out, kind=f"sweep-{kind}", force=force) as claim,
+        claim.atomic() as tmp,
+        figure_size(size or current_figure_size()) as preset,
+    ):
         table.to_csv(tmp / "sweep.csv", index=False)
         if figures:
             (tmp / "figures").mkdir()
@@ -61,5 +66,5 @@ def write_sweep(
         (tmp / "summary.md").write_text("\n".join(md))
         if runs is not None:
             shutil.move(str(runs), str(tmp / "runs"))
-        write_manifest(tmp, f"sweep-{kind}", **facts)
+        write_manifest(tmp, f"sweep-{kind}", **facts, **({"figure_size": preset.name} if figures else {}))
     return claim.path

@@ -22,6 +22,7 @@ from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.heap import release_free_memory
+from anchorlens.methods.spec import ALIAS, RESERVED_ALIASES, split_alias
 from anchorlens.models.loading import load_base
 from anchorlens.progress import stage
 from anchorlens.rundir import OutClaim
@@ -97,8 +98,46 @@ def checkpoint_names(specs: Sequence[str]) -> list[str]:
     return out
 
 
+def named_checkpoints(ckpts: Sequence[str] | Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(display names, specs) of the checkpoints, in order.
+
+    ``ckpts``: specs, each optionally ``NAME=SPEC`` (:func:`~anchorlens.methods.spec.split_alias`), or a mapping
+    name -> spec. A checkpoint without a name gets :func:`checkpoint_names`' short name of its spec. A name given
+    twice, or one that is another checkpoint's spec name (``--ckpt instance --ckpt instance=base``), is one
+    UsageError: every table, figure, legend and file stem says which checkpoint it shows by this name.
+    """
+    pairs: list[tuple[str | None, str]]
+    if isinstance(ckpts, Mapping):
+        pairs = [(str(name), str(spec)) for name, spec in ckpts.items()]
+        for name in map(str, ckpts):
+            if not ALIAS.fullmatch(name) or name.lower() in RESERVED_ALIASES:
+                raise UsageError(
+                    f"checkpoint name {name!r} is not a name: use letters, digits, '_', '.', '-' "
+                    "(starting with a letter or '_'), and not 'model'"
+                )
+    else:
+        if isinstance(ckpts, str):
+            raise UsageError(f"give the checkpoints as a list of specs (e.g. ['base', {ckpts!r}]), not one string")
+        pairs = [split_alias(str(c)) for c in ckpts]
+    specs = [spec for _, spec in pairs]
+    defaults = checkpoint_names(specs)
+    names = [alias or default for (alias, _), default in zip(pairs, defaults)]
+    for i, (alias, spec) in enumerate(pairs):
+        if alias is None:
+            continue
+        other = next((j for j, d in enumerate(defaults) if j != i and d == alias), None)
+        if other is not None:
+            raise UsageError(
+                f"the name {alias!r} of --ckpt {alias}={spec} is also the checkpoint {specs[other]!r}; "
+                "choose another name"
+            )
+        if names.count(alias) > 1:
+            raise UsageError(f"two checkpoints are named {alias!r}; give each --ckpt NAME=SPEC its own name")
+    return names, specs
+
+
 def compare(
-    ckpts: Sequence[str],
+    ckpts: Sequence[str] | Mapping[str, str],
     *,
     base: str = "smollm2-135m",
     task: str = "rte",
@@ -123,6 +162,10 @@ def compare(
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
+    ``ckpts``: specs (``NAME=SPEC`` names one: ``"ko=instance+knockout:keys=instance,mode=renorm"``) or a mapping
+    name -> spec (:func:`named_checkpoints`); the names label every table, figure and file, and
+    ``facts["checkpoint_specs"]`` maps each name to its full spec.
+
     ``allow_other_base``: load checkpoints trained on another base anyway (recorded in ``facts["other_base"]``);
     ``field_map``/``prompt``: column renames and prompt options (chat, system prompt, few-shot) of the inputs;
     ``max_length``: a text task's window (and every input's truncation); ``chunk_size``: examples per chunk (memory
@@ -139,16 +182,17 @@ def compare(
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
+    given, specs = named_checkpoints(ckpts)
     extra = parse_evidence(evidence)
     inputs = resolve_inputs(task, data, n, field_map=field_map, prompt=prompt)
-    shared = load_base(run_base_spec(ckpts, base), dtype=dtype, device=device)  # the first checkpoint's model=, or base
+    shared = load_base(run_base_spec(specs, base), dtype=dtype, device=device)  # the first checkpoint's model=, or base
     prompts = inputs.prompts(shared.tokenizer, max_length)
     rows = prompts.examples(inputs.examples)
     if not 0 <= map_example < len(rows):
         raise UsageError(f"--map-example {map_example} is out of range: {len(rows)} examples")
     models, used = load_models(
-        ckpts,
-        checkpoint_names(ckpts),
+        specs,
+        given,
         shared,
         base,
         prompts=prompts,
@@ -179,7 +223,7 @@ def compare(
         evidence_anchors=evidence_anchors if extra else None,
         scratch_dir=scratch_dir,
     ) as summaries:  # on any error its metrics writer is dropped, never left to fail again at exit
-        ranks = open_ranks(shard_dir, ckpts, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
+        ranks = open_ranks(shard_dir, specs, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
                            chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
         maps, params = {}, {}
         clock = time.perf_counter()
@@ -234,6 +278,7 @@ def compare(
         "source": inputs.source,
         "examples": len(rows),
         "map_example": map_example,
+        "checkpoint_specs": dict(zip(names, specs)),  # each name (--ckpt NAME=SPEC, or the spec's own) -> its spec
         "roles": prompts.roles.to_json(),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
         **({"evidence": evidence_record(default_reducers(roles=prompts.roles, extra=extra))} if extra else {}),

@@ -74,7 +74,7 @@ def test_nested_dicts_are_tables_and_values_escaped():
     assert "&lt;instance&gt;" in html and "<instance>" not in html
     assert "&lt;b&gt;x&lt;/b&gt;" in html  # table cells escaped
     assert "a &amp; b" in html
-    assert "Figure 1. map of &lt;soft_prompt&gt; ×10" in html
+    assert "<b>Figure 1:</b> map of &lt;soft_prompt&gt; ×10" in html
 
 
 def test_a_fact_that_was_not_recorded_is_a_dash_not_none():
