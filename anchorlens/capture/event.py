@@ -35,7 +35,7 @@ class AttentionEvent:
     (gpt-oss's ``sinks``, passed to the attention as ``s_aux``): a pseudo-key outside the layout, so over real keys
     rows sum to 1 - learned_sink; None when the module has no learned sink.
     value_norms: [B, H, K] float32 or None, ||v_j W_O^h|| for every key of the layout (the norm of key j's value
-    after head h's part of the output projection, :mod:`anchorlens.capture.value_norms`): A_h(i, j) times it is the
+    after head h's part of the output projection, :mod:`anchorlens.engine.value_norms`): A_h(i, j) times it is the
     norm of key j's contribution to query i's output; computed only when the sink asks (``wants_value_norms``).
     ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the

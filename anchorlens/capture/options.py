@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET
 from anchorlens.errors import UsageError
 
-DEFAULT_MEMORY_BUDGET = 512 * 2**20
 MODES = ("auto", "fast", "strict")
 
 

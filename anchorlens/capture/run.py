@@ -7,11 +7,11 @@ from typing import Any, Protocol
 
 import torch
 
-from anchorlens.capture.attention_fn import install
 from anchorlens.capture.hidden import block_output_hooks
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, Sink, activate
+from anchorlens.engine.attention import install
 from anchorlens.models.base import skip_lm_head
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import LayoutProvider

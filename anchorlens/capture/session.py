@@ -1,8 +1,11 @@
-"""The active capture session: which modules are sites, which heads, and where events go."""
+"""The active capture session: which modules are sites, which heads, and where events go.
+
+A :class:`CaptureSession` is the engine's observer (:class:`~anchorlens.engine.observer.Observer`): while
+:func:`activate` holds it, the engine's attention function hands it the probabilities of every selected site.
+"""
 
 from __future__ import annotations
 
-import contextvars
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -13,9 +16,8 @@ from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
+from anchorlens.engine.context import observing
 from anchorlens.roles.layout import Layout, LayoutProvider, SequenceRoles
-
-_ACTIVE: contextvars.ContextVar[CaptureSession | None] = contextvars.ContextVar("anchorlens_capture", default=None)
 
 
 class Sink(Protocol):
@@ -33,7 +35,7 @@ class Sink(Protocol):
 
 
 class CaptureSession:
-    """Maps attention modules to sites and forwards recomputed probabilities to a sink."""
+    """Maps attention modules to sites and forwards recomputed probabilities to a sink (the engine's observer)."""
 
     def __init__(
         self,
@@ -184,16 +186,8 @@ class CaptureSession:
         return buf
 
 
-def current() -> CaptureSession | None:
-    """The session active in this context, if any."""
-    return _ACTIVE.get()
-
-
 @contextmanager
 def activate(session: CaptureSession) -> Iterator[CaptureSession]:
-    """Make ``session`` the active one for the duration of the block."""
-    token = _ACTIVE.set(session)
-    try:
+    """Make ``session`` the engine's active observer for the duration of the block."""
+    with observing(session):
         yield session
-    finally:
-        _ACTIVE.reset(token)

@@ -2,8 +2,9 @@
 
 Spec ``knockout:keys=instance,layers=10-20,mode=renorm`` (composed after the methods that insert the keys:
 ``instance+knockout:keys=instance``). The knockout inserts nothing; during every forward of its GuidedModel
-(plain forwards for evaluation and logits, and captures alike) the registered ``anchorlens`` attention function
-asks :func:`current_edit` which (query, key) weights to remove at the module it runs, and applies the mode:
+(plain forwards for evaluation and logits, and captures alike) the engine's attention function
+(:mod:`anchorlens.engine.attention`) asks the active edit, :meth:`KnockoutForward.call_edit`, which (query, key)
+weights to remove at the module it runs, and applies the mode:
 
 - ``renorm``: the keys are masked before the softmax (the other keys share the mass; a query left with no key
   gets a zero output);
@@ -33,9 +34,7 @@ example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative c
 
 from __future__ import annotations
 
-import contextvars
-import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -43,6 +42,9 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from anchorlens.engine.attention import install
+from anchorlens.engine.context import editing
+from anchorlens.engine.edit import KnockoutEdit
 from anchorlens.errors import UsageError
 from anchorlens.methods.base import Guidance
 from anchorlens.methods.config import MethodConfig
@@ -285,43 +287,11 @@ class Knockout(Guidance):
 
 
 # ---------------------------------------------------------------------- the edit one attention call applies
-@dataclass(frozen=True)
-class KnockoutEdit:
-    """Which weights one attention call loses, per mode: bool [B, H|1, Q, K] (True = knocked out) or None.
-
-    before: masked before the softmax (renorm); after: zeroed after it (zero); value: removed from the output
-    only (the keys' values zeroed for these queries and heads); mean: these queries and heads read the key and value
-    of ``mean_key``/``mean_value`` [B, H_kv, K, D] (computed from the dataset-mean hidden state) instead of the call's.
-    """
-
-    before: torch.Tensor | None = None
-    after: torch.Tensor | None = None
-    value: torch.Tensor | None = None
-    mean: torch.Tensor | None = None
-    mean_key: torch.Tensor | None = None
-    mean_value: torch.Tensor | None = None
-
-    def aligned(self, key: torch.Tensor, value: torch.Tensor) -> KnockoutEdit:
-        """This edit with ``mean_key``/``mean_value`` covering the call's K keys (key [B, H_kv, K, D]): key-only
-        positions in front (a prefix), which have no hidden state to replace, keep the call's own."""
-        if self.mean_key is None or self.mean_value is None or self.mean_key.shape[2] == key.shape[2]:
-            return self
-        extra = key.shape[2] - self.mean_key.shape[2]
-        return replace(
-            self,
-            mean_key=torch.cat([key[:, :, :extra], self.mean_key], dim=2),
-            mean_value=torch.cat([value[:, :, :extra], self.mean_value], dim=2),
-        )
-
-    @staticmethod
-    def chunk(mask: torch.Tensor | None, start: int, stop: int, keys: int) -> torch.Tensor | None:
-        """``mask`` for queries ``start:stop`` and the first ``keys`` keys (None stays None)."""
-        return None if mask is None else mask[..., start:stop, :keys]
-
-
 @dataclass
 class KnockoutForward:
-    """The knockouts active for one forward: attention modules to sites, and the roles at every site."""
+    """The knockouts active for one forward: attention modules to sites, and the roles at every site.
+
+    The engine's edit (:class:`~anchorlens.engine.edit.AttentionEditor`): :meth:`record` and :meth:`call_edit`."""
 
     knockouts: tuple[Knockout, ...]
     sites: dict[int, Site]
@@ -332,6 +302,18 @@ class KnockoutForward:
     # mode=mean: the module whose K/V are being recorded from the mean state, and id(module) -> (key, value) recorded
     recording: nn.Module | None = None
     mean_kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def record(self, module: nn.Module, key: torch.Tensor, value: torch.Tensor) -> bool:
+        """True when this call of ``module`` only computes a mean knockout's key/value (key, value [B, H_kv, K, D]):
+        they are kept for the real call, and the attention function skips its own math."""
+        if self.recording is not module:
+            return False
+        self.mean_kv[id(module)] = (key, value)
+        return True
+
+    def call_edit(self, module: nn.Module, query: torch.Tensor, key: torch.Tensor) -> KnockoutEdit | None:
+        """The edit these knockouts make to the call of ``module`` (query [B, H, Q, D], key [B, H_kv, K, D])."""
+        return self.edit(module, query.shape[1], query.shape[2], key.shape[2], query.device)
 
     def edit(
         self, module: nn.Module, num_heads: int, q_len: int, k_len: int, device: torch.device
@@ -378,50 +360,14 @@ class KnockoutForward:
         return edit
 
 
-_ACTIVE: contextvars.ContextVar[KnockoutForward | None] = contextvars.ContextVar("anchorlens_knockout", default=None)
-_INSTALLERS: list[Callable[[nn.Module], Any]] = []
-
-
-def register_attention_installer(install: Callable[[nn.Module], Any]) -> None:
-    """Called by the attention function's module: how to switch a model to the function that applies knockouts."""
-    if install not in _INSTALLERS:
-        _INSTALLERS.append(install)
-
-
 def install_attention(model: nn.Module) -> None:
-    """Switch ``model`` to the attention function that applies knockouts.
-
-    The function lives downstream (``anchorlens.capture.attention_fn``) and registers its installer when imported;
-    a GuidedModel used without any capture import loads it here by name, the one runtime lookup of this module.
-    """
-    if not _INSTALLERS:
-        importlib.import_module("anchorlens.capture.attention_fn")
-    _INSTALLERS[-1](model)
+    """Switch ``model`` to the engine's attention function (:mod:`anchorlens.engine.attention`), which applies the
+    active knockouts."""
+    install(model)
 
 
 @contextmanager
 def knockouts_active(forward: KnockoutForward) -> Iterator[KnockoutForward]:
-    """Make ``forward``'s knockouts the active ones for the duration of the block."""
-    token = _ACTIVE.set(forward)
-    try:
+    """Make ``forward``'s knockouts the engine's active edit for the duration of the block."""
+    with editing(forward):
         yield forward
-    finally:
-        _ACTIVE.reset(token)
-
-
-def recording(module: nn.Module, key: torch.Tensor, value: torch.Tensor) -> bool:
-    """True when this call of ``module`` only computes a mean knockout's key/value (key, value [B, H_kv, K, D]): they
-    are kept for the real call, and the attention function skips its own math."""
-    active = _ACTIVE.get()
-    if active is None or active.recording is not module:
-        return False
-    active.mean_kv[id(module)] = (key, value)
-    return True
-
-
-def current_edit(module: nn.Module, query: torch.Tensor, key: torch.Tensor) -> KnockoutEdit | None:
-    """The edit the active knockouts make to the call of ``module`` (query [B, H, Q, D], key [B, H_kv, K, D])."""
-    active = _ACTIVE.get()
-    if active is None:
-        return None
-    return active.edit(module, query.shape[1], query.shape[2], key.shape[2], query.device)

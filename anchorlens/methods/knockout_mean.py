@@ -2,7 +2,7 @@
 
 Where a mean knockout acts, a forward pre-hook on the attention module runs the module once more on its own input
 with the selected keys' rows replaced by the dataset mean (no cache, no gradient); the attention function records
-that call's key and value (:func:`~anchorlens.methods.knockout.recording`) and skips its math, and the real call
+that call's key and value (:meth:`~anchorlens.methods.knockout.KnockoutForward.record`) and skips its math, and the real call
 reads them for the knocked-out (query, key) pairs. The module itself computes the key and value from the mean
 (projections, key norm, rotary embedding at the key's own position), so the replacement is exact for any
 architecture whose attention goes through the attention function. The first pass (:class:`MeanCollector`) sums the

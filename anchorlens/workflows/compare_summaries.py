@@ -32,6 +32,7 @@ from anchorlens.analyses.headline import GUIDANCE_MASS, INPUT_ENTROPY, SINK_MASS
 from anchorlens.analyses.spill import CellMeans, CellSpill
 from anchorlens.analyses.stats import summarize
 from anchorlens.heap import release_free_memory
+from anchorlens.workflows.metrics_file import read_metrics
 
 # metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
 PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
@@ -238,8 +239,6 @@ def figure_summaries(metrics_file: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
             for group in range(file.num_row_groups):
                 _fold(figures, conform(file.read_row_group(group).to_pandas()))
         else:
-            from anchorlens.workflows.compare import read_metrics
-
             frame = read_metrics(metrics_file)
             figures = FigureSummaries(Path(tmp), int(frame["example"].max()) + 1 if len(frame) else 1)
             _fold(figures, frame)

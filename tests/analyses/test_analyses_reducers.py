@@ -313,7 +313,8 @@ def test_shifted_scores_give_the_same_state_as_probabilities_alone(name):
     """Captured events carry shifted logits (entropy without a logarithm); the result equals xlogy on probs."""
     from dataclasses import replace
 
-    from anchorlens.capture.attention_fn import AttentionCall, chunk_probs
+    from anchorlens.engine.call import AttentionCall
+    from anchorlens.engine.probs import chunk_probs
 
     event = random_event(seed=3)
     b, h, q, k = event.probs.shape

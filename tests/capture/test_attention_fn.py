@@ -10,10 +10,10 @@ import pytest
 import torch
 import transformers
 
-from anchorlens.capture.attention_fn import install
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.capture.session import CaptureSession, activate
+from anchorlens.engine.attention import install
 from anchorlens.roles.layout import SequenceRoles, StaticLayout
 
 from .helpers import Collect
@@ -175,7 +175,7 @@ def test_unmasked_sliding_window_matches_eager_math():
     """mask=None with a window smaller than the input: the window is applied, output from eager math."""
     from transformers.models.mistral.modeling_mistral import eager_attention_forward
 
-    from anchorlens.capture.attention_fn import anchorlens_attention_forward
+    from anchorlens.engine.attention import anchorlens_attention_forward
 
     module = _model("mistral").model.layers[0].self_attn
     g = torch.Generator().manual_seed(2)

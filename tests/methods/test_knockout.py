@@ -7,7 +7,7 @@ import torch
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.modeling_utils import AttentionInterface
 
-from anchorlens.capture.attention_fn import ATTN_IMPLEMENTATION
+from anchorlens.engine.attention import ATTN_IMPLEMENTATION
 from anchorlens.errors import UsageError
 from anchorlens.methods import GuidedModel, load_guided, parse_spec
 from anchorlens.methods.knockout import KnockoutConfig

@@ -58,7 +58,7 @@ def test_inspect_that_raises_also_restores_attention(monkeypatch):
     model.set_attn_implementation("eager")
 
     def boom(*args, **kwargs):
-        from anchorlens.capture.attention_fn import install
+        from anchorlens.engine.attention import install
 
         install(model)
         raise UsageError("capture failed")

@@ -17,8 +17,9 @@ import pandas as pd
 import psutil
 import pytest
 
-from anchorlens.workflows.compare import compare, read_metrics
+from anchorlens.workflows.compare import compare
 from anchorlens.workflows.compare_ranks import effect_span
+from anchorlens.workflows.metrics_file import read_metrics
 from tests.runtime.helpers import REPO, child_env, free_port, spawn, spawn_world, wait_all
 from tests.runtime.test_multinode import _two_nodes, _workers
 

@@ -1,0 +1,118 @@
+"""One attention call, normalised: its tensors and options, which keys each query sees, how many queries per chunk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+DEFAULT_MEMORY_BUDGET = 512 * 2**20  # bytes of float32 buffers one chunk of queries may use at once
+_NEG = torch.finfo(torch.float32).min
+# float32 buffers of size [B, H, q, K] alive at once per chunk: logits, probs, a reducer temporary
+# (p·logits for entropy), and one spare for a custom reducer's or the sinks' softmax temporaries
+_BUFFERS_PER_CHUNK = 4
+# causal calls are split into query chunks of at least this many probabilities, at most this many chunks
+_MIN_CHUNK_ELEMENTS = 1 << 20
+_MAX_CAUSAL_CHUNKS = 16
+
+
+@dataclass(frozen=True)
+class AttentionCall:
+    """One call of an attention module, normalized.
+
+    query: [B, H, Q, D]; key/value: [B, H_kv, K, D]; mask: None, bool [B|1, 1, Q, K'] (True = visible) or
+    additive float, K' >= K; position_bias: [B|1, H|1, Q, K'] or None; sinks: [H] or None.
+    """
+
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    mask: torch.Tensor | None
+    scaling: float
+    causal: bool
+    position_bias: torch.Tensor | None
+    softcap: float | None
+    window: int | None
+    sinks: torch.Tensor | None
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key/value head (grouped-query attention)."""
+        return self.query.shape[1] // self.key.shape[1]
+
+    @property
+    def needs_eager_output(self) -> bool:
+        """Whether sdpa cannot produce this call's output (soft-capping, sinks, an unmasked window)."""
+        window_skipped = (
+            self.mask is None and self.window is not None and self.causal and self.window < self.key.shape[2]
+        )
+        return self.softcap is not None or self.sinks is not None or window_skipped
+
+
+def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
+    """[B|1, 1, q, K] bool: which keys queries ``start:stop`` may see (mask, causality, sliding window)."""
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    dev = call.query.device
+    if call.mask is not None:
+        mask = call.mask[..., start:stop, :k_len]
+        if mask.dtype != torch.bool:
+            mask = mask > torch.finfo(mask.dtype).min / 2
+        return mask
+    if not call.causal:
+        return torch.ones(1, 1, stop - start, k_len, dtype=torch.bool, device=dev)
+    rows = torch.arange(start, stop, device=dev)[:, None] + (k_len - q_len)  # absolute query positions
+    cols = torch.arange(k_len, device=dev)[None, :]
+    seen = rows >= cols
+    if call.window is not None:
+        seen &= cols > rows - call.window
+    return seen.view(1, 1, stop - start, k_len)
+
+
+@dataclass(frozen=True)
+class Visibility:
+    """Visibility of one query chunk, shared by every layer that gets the same mask.
+
+    Covers the key prefix ``0:key_stop`` that holds every key some query of the chunk may see (a causal
+    chunk sees no key after its last query, so the masked upper triangle is never computed).
+    visible: [B|1, 1, q, key_stop] bool; hidden: its negation; bias: [B|1, 1, q, key_stop] float32, 0
+    where visible and a very negative finite number elsewhere (adding it is several times cheaper than a
+    boolean ``masked_fill`` broadcast over heads); empty: [B|1, 1, q, 1] bool, queries that see no key, or
+    None when every query sees one.
+    """
+
+    visible: torch.Tensor
+    hidden: torch.Tensor
+    bias: torch.Tensor
+    empty: torch.Tensor | None
+
+    @property
+    def key_stop(self) -> int:
+        """Keys ``key_stop:`` are hidden from every query of the chunk."""
+        return self.visible.shape[-1]
+
+    @classmethod
+    def of(cls, call: AttentionCall, start: int, stop: int) -> Visibility:
+        """Compute the visibility of queries ``start:stop``."""
+        visible = visible_keys(call, start, stop)
+        seen = visible.flatten(0, -2).any(0).nonzero()  # keys any query of the chunk sees
+        visible = visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
+        hidden = ~visible
+        bias = torch.zeros(visible.shape, dtype=torch.float32, device=visible.device).masked_fill_(hidden, _NEG)
+        empty = ~visible.any(dim=-1, keepdim=True)
+        return cls(visible, hidden, bias, empty if bool(empty.any()) else None)
+
+
+def chunk_rows(call: AttentionCall, heads: int, budget_bytes: int, causal: bool = False) -> int:
+    """Queries per chunk so that the float32 buffers [B, heads, rows, K] fit ``budget_bytes``.
+
+    With ``causal`` attention, smaller chunks skip more of the hidden upper triangle (a chunk needs only
+    the keys up to its last query: 2 chunks compute 3/4 of the square, 8 chunks 9/16), at a fixed cost per
+    chunk; chunks stay at least ``_MIN_CHUNK_ELEMENTS`` probabilities and at most ``_MAX_CAUSAL_CHUNKS``.
+    """
+    b, q, k = call.query.shape[0], call.query.shape[2], call.key.shape[2]
+    per_row = b * max(heads, 1) * (k + 1) * 4 * _BUFFERS_PER_CHUNK
+    rows = max(1, min(q, budget_bytes // per_row))
+    if causal:
+        least = -(-_MIN_CHUNK_ELEMENTS // (b * max(heads, 1) * k))
+        rows = min(rows, max(least, -(-q // _MAX_CAUSAL_CHUNKS)))
+    return rows
