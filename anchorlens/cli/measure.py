@@ -23,6 +23,7 @@ from anchorlens.cli.options import (
     FigureOptions,
     FigureSize_,
     Inputs_,
+    MeanMapOptions,
     ModelOptions,
     OutputOptions,
     SelectionOptions,
@@ -142,6 +143,7 @@ def compare(
     output: OutputOptions = OutputOptions(Path("anchorlens-compare")),
     figures: FigureOptions = FigureOptions(),
     evidence: EvidenceOptions = EvidenceOptions(),
+    mean_maps: MeanMapOptions = MeanMapOptions(),
     map_example: Annotated[
         int,
         typer.Option(
@@ -171,8 +173,9 @@ def compare(
         selection = select.selection()
         spec = evidence.spec()
         _compare(
-            ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec, output.out, chunk_size
-        )
+            ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec, output.out, chunk_size,
+            mean_maps.workflow_kwargs(),
+        )  # fmt: skip
     finally:
         if claim is not None:
             claim.release()
@@ -191,6 +194,7 @@ def _compare(
     evidence: dict | None = None,
     out: Path | None = None,
     chunk_size: int = 32,
+    mean_maps: dict | None = None,
 ) -> None:
     """Run the comparison (sharded under torchrun: every rank's chunks go to --out) and let rank 0 write it into the
     claimed --out."""
@@ -213,6 +217,7 @@ def _compare(
                 scratch_dir=None if claim is None else claim.path.parent,  # the run's own disk, not /tmp
                 shard_dir=claim if claim is not None else out,  # a rerun resumes
                 chunk_size=chunk_size,
+                **(mean_maps or {}),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )

@@ -391,6 +391,33 @@ class FigureOptions:
         return {"figures": not self.no_figures, "size": self.figure_size}
 
 
+@dataclass(frozen=True)
+class MeanMapOptions:
+    """The StreamingLLM-style figure: which layers' maps are averaged over how many examples."""
+
+    map_examples: Annotated[
+        int,
+        typer.Option(
+            "--map-examples",
+            parser=at_least(0),
+            metavar="N",
+            help="Examples the averaged attention maps (streaming_maps figure) are averaged over; 0: none.",
+        ),
+    ] = 64
+    map_layers: Annotated[
+        str | None,
+        typer.Option(
+            "--map-layers", help="Layers of the averaged attention maps, e.g. 0,1,15,-1 (default 0, 1, middle, last)."
+        ),
+    ] = None
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        """``map_examples`` and the parsed ``map_layers`` for :func:`~anchorlens.workflows.compare.compare`."""
+        from anchorlens.capture.selection import parse_indices
+
+        return {"map_examples": self.map_examples, "map_layers": parse_indices(self.map_layers, "--map-layers")}
+
+
 EVIDENCE_HELP = (
     "Opt-in evidence reducers beside the default statistics: all, or a comma list of value_mass (norm-based mass "
     "||A v W_O||), sink_battery (Gu et al. sink heads and rates), massive_activations (Sun et al.), each with "
@@ -448,6 +475,7 @@ GROUPS: tuple[type, ...] = (
     BatchOptions,
     OutputOptions,
     FigureOptions,
+    MeanMapOptions,
     EvidenceOptions,
     TrainingOptions,
 )

@@ -15,7 +15,6 @@ from typing import Any
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_base import CONFIG_FILE, check_peft_base
 from anchorlens.methods.peft_files import INJECTED_TYPES, PEFT_TYPES, WEIGHTS_FILE, read_adapter_json
-from anchorlens.methods.peft_files import is_peft_dir as is_peft_dir  # spec.py reads it here
 from anchorlens.tensorfile import check_float_tensors, load_tensors
 
 _INT_FIELDS = ("num_virtual_tokens", "token_dim", "num_layers", "num_transformer_submodules", "num_attention_heads")

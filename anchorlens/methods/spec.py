@@ -104,7 +104,7 @@ def _resolve_dir(text: str) -> Path | None:
 
 def _directory_part(path: Path, text: str) -> Directory:
     from anchorlens.methods.checkpoints import is_checkpoint
-    from anchorlens.methods.peft_import import is_peft_dir
+    from anchorlens.methods.peft_files import is_peft_dir
 
     if is_checkpoint(path):
         return Directory(str(path) if path != Path(text) else text, "checkpoint")

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 
 from anchorlens.analyses.frames import per_head
 from anchorlens.analyses.headline import SINK_MASS
+from anchorlens.analyses.mean_maps import load_mean_maps, save_mean_maps
 from anchorlens.atomic import write_json
 from anchorlens.capture.maps_io import load_maps, save_maps
 from anchorlens.errors import DataError, UsageError
@@ -31,8 +32,9 @@ from anchorlens.figures import (
 )
 from anchorlens.figures._style import size_preset
 from anchorlens.figures.maps import sink_tokens
+from anchorlens.figures.streaming import streaming_maps_figure
 from anchorlens.reports.bases import adapter_lines, base_sentence
-from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid, safe_stem
+from anchorlens.reports.evidence import EVIDENCE_NOTE, evidence_figures, evidence_grid, includes_notes, safe_stem
 from anchorlens.reports.html import (
     HEADLINE_TITLE,
     Document,
@@ -44,7 +46,7 @@ from anchorlens.reports.html import (
     render_document,
 )
 from anchorlens.reports.results import exactness_grid, sample_sizes, summary_sentences
-from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, to_markdown
+from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles, rounding_note, to_markdown
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.views import attention_view_html
 from anchorlens.workflows.compare import Comparison
@@ -61,6 +63,23 @@ DECOMPOSITION_NOTE = (
 )
 
 
+def streaming_entry(result: Comparison) -> list[tuple[str, str, Figure]]:
+    """The StreamingLLM-style figure (chosen layers' maps averaged over examples), when the run averaged any."""
+    if not result.mean_maps:
+        return []
+    first = next(iter(result.mean_maps.values()))
+    n = "/".join(str(v) for v in sorted({m.n_examples for m in result.mean_maps.values()}))
+    return [
+        (
+            "streaming_maps",
+            f"Attention maps of layers {', '.join(map(str, first.layers))}, mean over {first.heads} heads and the "
+            f"first n = {n} examples aligned by position from the first token, one row per checkpoint; ▼ marks the "
+            "sink (the first input token), hatched cells are masked (n/a)",
+            streaming_maps_figure(result.mean_maps),
+        )
+    ]
+
+
 def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     """(file stem, caption, figure) for every figure of a comparison; each caption says what is plotted over
     which n (examples, layers, heads)."""
@@ -75,6 +94,7 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
             f"(n = 1 example), mean over {over}, one panel per checkpoint; guidance outlined, structural tokens dashed",
             attention_map_figure(result.maps, layer="mean", head="mean"),
         ),
+        *streaming_entry(result),
         (
             "layer_curves",
             f"Per-layer means of the headline measures over n = {n} examples (each averaged over {heads} heads) with "
@@ -84,7 +104,8 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
                 result.curves,
                 [c.label for c in CURVES],
                 order=result.checkpoints,
-                anchors=sink_tokens(result.maps),  # the sink plotted: the first input token
+                sinks=sink_tokens(result.maps),  # the sink plotted: the first input token, named as the sink
+                present=present_roles(result.means),  # a role a checkpoint has not got (base: guidance) is n/a
                 labels={c.label: measure_label(c.metric, c.query_role, c.key_role) for c in CURVES},
             ),
         ),
@@ -121,7 +142,9 @@ def comparison_figures(result: Comparison) -> list[tuple[str, str, Figure]]:
     )
     evidence = [
         (stem, caption if "n = " in caption else f"{caption} (n = {n} examples, {over})", fig)
-        for stem, caption, fig in evidence_figures(result.means, result.checkpoints, result.facts.get("evidence"))
+        for stem, caption, fig in evidence_figures(
+            result.means, result.checkpoints, result.facts.get("evidence"), table=result.evidence
+        )
     ]
     return out + evidence
 
@@ -191,7 +214,7 @@ def effects_note(result: Comparison) -> str:
         else "the text's own next-token NLL and KL, each the mean over the text's positions"
     )
     return (
-        f"Task effects ({where}): {what}, per checkpoint; mean over examples with 95% bootstrap CI; Δ = paired "
+        f"Task effects ({where}): {what}, per checkpoint; mean over examples with 95% bootstrap CI (accuracy: Wilson score interval; its paired Δ: Newcombe's score interval with the examples that changed); Δ = paired "
         f"difference to {base} (for KL, KL({base} ‖ checkpoint) itself) with its paired bootstrap CI; p from "
         "McNemar's exact test (accuracy) or a sign-flip test (NLL, KL), q Benjamini-Hochberg across the table. "
         "KL is never negative, so its test only says it is not exactly 0 (two attention paths that agree to float "
@@ -245,13 +268,17 @@ def comparison_document(
             grid_html(grid),
             f"Mean over n = {n} examples (each example averaged over {layers} layers and {heads} heads) with 95% "
             f"bootstrap CI; Δ = paired difference to {base} with Benjamini-Hochberg q. {DECOMPOSITION_NOTE}",
-            tuple(fixed),
+            (*fixed, rounding_note(result.facts.get("dtype"))),
         )
     ]
     if not effects.empty:
         tables.append(Table("effects", effects_title(result), grid_html(effects), effects_note(result)))
     if not evidence.empty:
-        tables.append(Table("evidence", EVIDENCE_TITLE, grid_html(evidence), EVIDENCE_NOTE))
+        tables.append(
+            Table(
+                "evidence", EVIDENCE_TITLE, grid_html(evidence), EVIDENCE_NOTE, tuple(includes_notes(result.evidence))
+            )
+        )
     details = []
     if not exact.empty:
         details.append(
@@ -359,6 +386,8 @@ def write_comparison(
         if not result.evidence.empty:
             result.evidence.to_csv(tmp / "evidence.csv", index=False)
         save_maps(result.maps, tmp / "maps")
+        if result.mean_maps:
+            save_mean_maps(result.mean_maps, tmp / "mean_maps")
         preset = size_preset(size) if size is not None else size_preset()
         rendered = write_figures(result, tmp / "figures", size=preset.name) if figures else []
         drawn = {"figure_size": preset.name} if figures else {}
@@ -483,6 +512,11 @@ def load_comparison(run_dir: str | Path) -> Comparison:
         else read(rows.name)
     )
     maps = _read_part(lambda: _broken_maps_file(run), lambda: load_maps(run / "maps"))
+    mean_maps = (
+        _read_part(run / "mean_maps.json", lambda: load_mean_maps(run / "mean_maps"))
+        if (run / "mean_maps.json").exists()
+        else {}
+    )
     return Comparison(
         checkpoints,
         None,
@@ -496,6 +530,7 @@ def load_comparison(run_dir: str | Path) -> Comparison:
         effects=effects,
         effect_rows=effect_rows,
         evidence=evidence,
+        mean_maps=mean_maps,
     )
 
 

@@ -23,7 +23,7 @@ from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles
 from anchorlens.roles.kinds import GUIDANCE_ROLES
 from anchorlens.rundir import OutClaim, claimed, examples_digest, write_manifest
 from anchorlens.workflows.compare import Comparison
-from anchorlens.workflows.demo import DEMO_PARTS, DemoResult, headline_of
+from anchorlens.workflows.demo import DEMO_PARTS, headline_of
 
 GUIDANCE_NAMES = tuple(r.label for r in GUIDANCE_ROLES)
 WIDTH = 8  # characters per number column
@@ -138,7 +138,7 @@ def _table_html(table: pd.DataFrame) -> Markup:
     return Markup(shown.to_html(escape=True, border=0))
 
 
-def streaming_caption(result: DemoResult) -> str:
+def streaming_caption(result: Comparison) -> str:
     """What the StreamingLLM-style figure plots, over which layers and how many examples."""
     first = next(iter(result.mean_maps.values()))
     n = sorted({m.n_examples for m in result.mean_maps.values()})
@@ -157,7 +157,7 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
         fig = attention_budget(result.means, result.checkpoints)
         (png,) = save_figure(fig, tmp / Path(FIGURE).stem, formats=("png",), dpi=110)
         figures = [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())]
-        if isinstance(result, DemoResult) and result.mean_maps:
+        if result.mean_maps:
             maps_fig = streaming_maps_figure(result.mean_maps)
             maps_png, *_ = save_figure(maps_fig, tmp / STREAMING_FIGURE, formats=("png", "pdf", "svg"), dpi=110)
             figures.append((streaming_caption(result), maps_png.read_bytes()))

@@ -48,6 +48,31 @@ def measure_label(measure: str, key: str) -> str:
     return f"{measure} {key}".strip()
 
 
+INCLUDES_MARK = " †"  # a cell whose measure includes an inserted or knocked-out position (see includes_notes)
+
+
+def _includes(row: pd.Series) -> str:
+    """The evidence row's ``includes`` text (empty when the measure reads input positions only)."""
+    value = row.get("includes")
+    return "" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
+
+
+def includes_notes(table: pd.DataFrame, stack: str | None = None) -> list[str]:
+    """One line per (checkpoint, measure) of the all-layers evidence rows whose value includes an inserted or
+    knocked-out position: what ``†`` in the evidence grid means for that cell."""
+    if table is None or table.empty or "includes" not in table.columns:
+        return []
+    rows = table[table["layer"].isna()]
+    if stack is not None:
+        rows = rows[rows["stack"] == stack]
+    lines = []
+    for _, row in rows.iterrows():
+        if _includes(row):
+            label = measure_label(str(row["measure"]), "" if pd.isna(row["key"]) else str(row["key"]))
+            lines.append(f"†{row['checkpoint']}, {label}: includes {_includes(row)}")
+    return list(dict.fromkeys(lines))
+
+
 def evidence_grid(table: pd.DataFrame, checkpoints: list[str], stack: str | None = None) -> pd.DataFrame:
     """The all-layers rows of the evidence table as a measure x checkpoint grid of ``mean [95% CI]`` cells
     (empty without evidence rows); ``stack`` defaults to the first (decoder, or the table's first)."""
@@ -68,6 +93,8 @@ def evidence_grid(table: pd.DataFrame, checkpoints: list[str], stack: str | None
     for _, row in rows.iterrows():
         fmt = ".1f" if row["measure"] == "massive_count" else ".3f"
         text = f"{row['mean']:{fmt}} [{row['ci_lo']:{fmt}}, {row['ci_hi']:{fmt}}]"
+        if _includes(row):
+            text += INCLUDES_MARK
         cells.setdefault(measure_label(str(row["measure"]), str(row["key"])), {})[str(row["checkpoint"])] = text
     grid = pd.DataFrame.from_dict(cells, orient="index").reindex(columns=checkpoints)
     return grid.fillna("n/a (no such tokens)")

@@ -12,8 +12,9 @@ import pandas as pd
 
 from anchorlens.analyses.defaults import default_reducers
 from anchorlens.analyses.evidence import evidence_record, parse_evidence
-from anchorlens.analyses.frames import conform
 from anchorlens.analyses.headline import anchor_metrics, run_headline
+from anchorlens.analyses.mean_maps import MeanMaps
+from anchorlens.analyses.tolerance import dtype_name
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
@@ -31,6 +32,8 @@ from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare_ranks import effect_span, open_ranks
 from anchorlens.workflows.compare_summaries import Summaries
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
+from anchorlens.workflows.mean_maps import MAP_EXAMPLES, checkpoint_mean_maps
+from anchorlens.workflows.metrics_file import read_metrics
 from anchorlens.workflows.multibase import load_models, multibase_facts, run_base_spec
 from anchorlens.workflows.statistics import certify_capture, chunk_rows
 
@@ -58,6 +61,7 @@ class Comparison:
     effects: pd.DataFrame = field(default_factory=pd.DataFrame)  # task effects table (see effects_table)
     effect_rows: pd.DataFrame = field(default_factory=pd.DataFrame)  # per example: checkpoint, example, metric, value
     evidence: pd.DataFrame = field(default_factory=pd.DataFrame)  # evidence.csv (analyses.evidence_table); empty: off
+    mean_maps: dict[str, MeanMaps] = field(default_factory=dict)  # name -> chosen layers' maps averaged over examples
 
     @property
     def metrics(self) -> pd.DataFrame:
@@ -68,13 +72,6 @@ class Comparison:
                 raise ValueError("this comparison holds no per-example rows")
             self.frame = read_metrics(self.metrics_file)
         return self.frame
-
-
-def read_metrics(path: Path) -> pd.DataFrame:
-    """A compare run's metrics file (parquet or csv) as a tidy frame."""
-    if path.suffix == ".parquet":
-        return conform(pd.read_parquet(path))
-    return conform(pd.read_csv(path, keep_default_na=False, na_values={"value": [""], "count": [""], "head": [""]}))
 
 
 def checkpoint_names(specs: Sequence[str]) -> list[str]:
@@ -159,6 +156,8 @@ def compare(
     evidence: str | Sequence[str] | Mapping[str, Mapping] | None = None,
     scratch_dir: str | Path | None = None,
     shard_dir: str | Path | OutClaim | None = None,
+    map_examples: int = MAP_EXAMPLES,
+    map_layers: Sequence[int] | None = None,
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -179,6 +178,8 @@ def compare(
     ``shard_dir``: where each chunk's rows are saved as it finishes (the run's --out, or a claim on it;
     :mod:`~anchorlens.workflows.compare_ranks`), so the same call after a kill computes only the unsaved chunks;
     required under torchrun, where each rank saves its own and only rank 0's result holds the statistics.
+    ``map_examples``/``map_layers``: the StreamingLLM-style maps (``mean_maps``) average the chosen layers (default:
+    0, 1, the middle and the last) over the first ``map_examples`` examples; 0 computes none.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -190,6 +191,8 @@ def compare(
     rows = prompts.examples(inputs.examples)
     if not 0 <= map_example < len(rows):
         raise UsageError(f"--map-example {map_example} is out of range: {len(rows)} examples")
+    if map_examples < 0:
+        raise UsageError(f"--map-examples {map_examples}: give 0 (no averaged maps) or a number of examples")
     models, used = load_models(
         specs,
         given,
@@ -205,6 +208,8 @@ def compare(
     )
     for model in models.values():
         check_selection(model, selection)
+        if map_layers is not None:
+            check_selection(model, Selection(layers=tuple(map_layers)))  # before any capture, not after it
         model.check_roles(prompts.roles)
         validate_positions(model, rows, prompts, batch_size)
     exactness = {
@@ -222,6 +227,7 @@ def compare(
         added + tuple(m for a in anchors for m in anchor_metrics(a)),
         evidence_anchors=evidence_anchors if extra else None,
         scratch_dir=scratch_dir,
+        knocked_out={name: [ko.config.keys for ko in getattr(models[name], "knockout_list", list)()] for name in names},
     ) as summaries:  # on any error its metrics writer is dropped, never left to fail again at exit
         ranks = open_ranks(shard_dir, specs, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
                            chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
@@ -264,9 +270,24 @@ def compare(
             return Comparison(names, inputs, headline=pd.DataFrame(), paired=pd.DataFrame(), maps=maps)
         seconds["task_effects"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot)
+        mean_maps = (
+            checkpoint_mean_maps(
+                models,
+                rows,
+                prompts,
+                layers=map_layers,
+                max_examples=map_examples,
+                batch_size=batch_size,
+                max_length=max_length,
+            )  # fmt: skip
+            if map_examples
+            else {}
+        )
+        seconds["mean_maps"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        effects = effects_table(effect_rows, names, labelled=inputs.task.has_labels, n_boot=n_boot, dtype=dtype)
         release_free_memory()  # each phase's freed arrays back to the OS before the next one allocates its own
-        statistics = summaries.result(names, n_boot)
+        statistics = summaries.result(names, n_boot, dtype)
         seconds["statistics"] = time.perf_counter() - clock
     facts = {
         "base": shared.spec,
@@ -278,6 +299,8 @@ def compare(
         "source": inputs.source,
         "examples": len(rows),
         "map_example": map_example,
+        "map_examples": min(map_examples, len(rows)),
+        "dtype": dtype_name(dtype),  # the rounding tolerance of every paired test is this dtype's
         "checkpoint_specs": dict(zip(names, specs)),  # each name (--ckpt NAME=SPEC, or the spec's own) -> its spec
         "roles": prompts.roles.to_json(),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
@@ -297,6 +320,7 @@ def compare(
         facts=facts,
         effects=effects,
         effect_rows=effect_rows,
+        mean_maps=mean_maps,
         **statistics,
     )
 

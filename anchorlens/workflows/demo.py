@@ -9,17 +9,15 @@ defaults.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from anchorlens.analyses.headline import CONTENT_MASS, GUIDANCE_MASS, SINK_MASS, STRUCTURAL_MASS, HeadlineMetric
-from anchorlens.analyses.mean_maps import MeanMaps
 from anchorlens.tasks.prompts import PromptOptions
 from anchorlens.workflows.compare import Comparison, compare
-from anchorlens.workflows.mean_maps import MAP_EXAMPLES, mean_maps_run
+from anchorlens.workflows.mean_maps import MAP_EXAMPLES
 
 # The training-free instance token at position 0 (the paper's anchor) against the bare base. A soft
 # prompt is not in the default: no trained prompt ships with the package, and an untrained one is not
@@ -32,14 +30,6 @@ DEMO_PARTS: tuple[tuple[str, HeadlineMetric], ...] = (
     ("structural", STRUCTURAL_MASS),
     ("content", CONTENT_MASS),
 )
-
-
-@dataclass
-class DemoResult(Comparison):
-    """The demo's comparison and each checkpoint's attention maps of chosen layers averaged over its first examples
-    (``mean_maps``: name -> :class:`~anchorlens.analyses.mean_maps.MeanMaps`, the StreamingLLM-style figure)."""
-
-    mean_maps: dict[str, MeanMaps] = field(default_factory=dict)
 
 
 def run_demo(
@@ -58,12 +48,12 @@ def run_demo(
     prompt: PromptOptions | None = None,
     map_examples: int = MAP_EXAMPLES,
     map_layers: Sequence[int] | None = None,
-) -> DemoResult:
+) -> Comparison:
     """Compare ``checkpoints`` (default: base and instance) on the task's examples: the compare workflow itself
     (``field_map``/``prompt``: the inputs' column renames and chat / few-shot options), and average each
     checkpoint's maps of ``map_layers`` (default: 0, 1, the middle and the last layer) over its first
     ``map_examples`` examples."""
-    result = compare(
+    return compare(
         list(checkpoints),
         base=base,
         task=task,
@@ -76,24 +66,9 @@ def run_demo(
         progress=progress,
         field_map=field_map,
         prompt=prompt,
+        map_examples=map_examples,
+        map_layers=map_layers,
     )
-    maps = mean_maps_run(
-        list(checkpoints),
-        result.checkpoints,
-        base=base,
-        task=task,
-        data=data,
-        n=n,
-        layers=map_layers,
-        max_examples=map_examples,
-        batch_size=batch_size,
-        dtype=dtype,
-        device=device,
-        allow_other_base=allow_other_base,
-        field_map=field_map,
-        prompt=prompt,
-    )
-    return DemoResult(**{f.name: getattr(result, f.name) for f in fields(Comparison)}, mean_maps=maps)
 
 
 def headline_of(result: Comparison, checkpoint: str, name: str) -> pd.Series | None:
