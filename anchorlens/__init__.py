@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "capture_statistics": "anchorlens.workflows.statistics",
     # workflows
     "inspect": "anchorlens.notebook.inspect",
+    "attention_view": "anchorlens.notebook.widget",
+    "load_comparison": "anchorlens.reports.comparison",
     "compare": "anchorlens.workflows.compare",
     "sweep_positions": "anchorlens.workflows.positions",
     "train": "anchorlens.workflows.train",

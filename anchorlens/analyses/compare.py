@@ -12,6 +12,7 @@ from anchorlens.analyses.headline import HEADLINE, HeadlineMetric
 from anchorlens.analyses.spill import CellSpill
 from anchorlens.analyses.stats import (
     benjamini_hochberg,
+    not_a_finding,
     paired_array_stats,
     paired_differences,
     paired_summary,
@@ -35,8 +36,9 @@ _STAT_COLUMNS = [
     "tolerance",
     "within_tolerance",
 ]
-# max_abs_diff: the largest per-example |Δ|; within_tolerance: it is within the metric's rounding tolerance in the
-# run's dtype (anchorlens.analyses.tolerance), so the difference is rounding: p_value and q_value NaN, not significant
+# max_abs_diff: the largest per-example |Δ|; within_tolerance: it (or the mean |Δ| itself) is within the metric's
+# rounding tolerance in the run's dtype (anchorlens.analyses.tolerance), so the difference reads 0: p_value and
+# q_value NaN, not significant
 # ci_lo/ci_hi: CI of the row's own mean; diff_lo/diff_hi: CI of its paired difference to the first checkpoint
 _HEADLINE_COLUMNS = [
     "name",
@@ -209,7 +211,7 @@ def _with_stats(
     )
     cells["max_abs_diff"] = got["max_abs"][keep]
     cells["tolerance"] = metric_tolerances(cells["metric"].astype(str), dtype) if "metric" in cells else 0.0
-    cells["within_tolerance"] = rounding_only(cells["max_abs_diff"], cells["tolerance"])
+    cells["within_tolerance"] = not_a_finding(cells["max_abs_diff"], cells["diff"], cells["tolerance"])
     cells.loc[cells["within_tolerance"].to_numpy(), "p_value"] = np.nan
     return cells
 

@@ -256,7 +256,7 @@ def paired_summary(
             if isinstance(tolerance, str)
             else np.full(g, float(tolerance))
         )
-        within = rounding_only(out["max_abs_diff"].to_numpy(np.float64), tol)
+        within = not_a_finding(out["max_abs_diff"].to_numpy(np.float64), mean, tol)
         out["tolerance"], out["within_tolerance"] = tol, within
         out.loc[within, "p_value"] = np.nan
     return out
@@ -268,6 +268,16 @@ def _group_max(codes: np.ndarray, values: np.ndarray, n_groups: int) -> np.ndarr
     np.maximum.at(out, codes, values)
     out[np.isneginf(out)] = np.nan
     return out
+
+
+def not_a_finding(max_abs_diff, diff, tolerance) -> np.ndarray:
+    """Whether each paired difference [G] reads as zero: every per-example |Δ| is rounding (:func:`rounding_only`),
+    or the mean difference itself is smaller than the measurement resolves (|Δ| ≤ ``tolerance``: a shift that
+    small is no finding at this dtype's precision, however consistent its sign). False where nothing was paired."""
+    d = np.abs(np.asarray(diff, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        below = np.isfinite(d) & (d <= np.asarray(tolerance, dtype=np.float64))
+    return rounding_only(max_abs_diff, tolerance) | below
 
 
 def rounding_only(max_abs_diff, tolerance) -> np.ndarray:

@@ -76,7 +76,7 @@ class AttentionView:
         return {"text/html": self._repr_html_(), "image/png": self.static_png(), "text/plain": text}
 
 
-def view(
+def attention_view(
     maps: MapsArg,
     *,
     stack: str | None = None,

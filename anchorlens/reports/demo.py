@@ -16,7 +16,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from anchorlens.analyses.frames import per_head
-from anchorlens.figures import attention_budget, save_figure
+from anchorlens.figures import attention_budget, current_figure_size, save_figure
 from anchorlens.figures.streaming import streaming_maps_figure
 from anchorlens.reports.html import render_report
 from anchorlens.reports.tables import fixed_notes, headline_grid, present_roles
@@ -159,7 +159,8 @@ def write_demo(result: Comparison, table: pd.DataFrame, out: str | Path | OutCla
         figures = [(f"Where input tokens' attention goes, per layer ({FIGURE})", png.read_bytes())]
         if result.mean_maps:
             maps_fig = streaming_maps_figure(result.mean_maps)
-            maps_png, *_ = save_figure(maps_fig, tmp / STREAMING_FIGURE, formats=("png", "pdf", "svg"), dpi=110)
+            print_size = current_figure_size() != "screen"  # a paper's figure: the preset's print resolution
+            maps_png, *_ = save_figure(maps_fig, tmp / STREAMING_FIGURE, dpi=None if print_size else 110)
             figures.append((streaming_caption(result), maps_png.read_bytes()))
         table.to_csv(tmp / "per_layer.csv")
         result.headline.to_csv(tmp / "headline.csv", index=False)

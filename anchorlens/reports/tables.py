@@ -65,7 +65,9 @@ def _diff_text(row: pd.Series) -> str:
             return f"Δ 0 ({who}{small}; {interval})"
         return f"Δ {row['diff']:+.3f} {interval} ({who}{small}){q_text}"
     if _flag(row, "within_tolerance"):
-        return f"Δ 0 (within rounding: max |Δ| {row['max_abs_diff']:.0e} ≤ {row['tolerance']:.0e}, no test)"
+        if row["max_abs_diff"] <= row["tolerance"]:
+            return f"Δ 0 (within rounding: max |Δ| {row['max_abs_diff']:.0e} ≤ {row['tolerance']:.0e}, no test)"
+        return f"Δ 0 (|Δ| {abs(row['diff']):.0e} below the tolerance {row['tolerance']:.0e}, no test)"
     # a tested difference that 3 decimals would print as ±0.000 keeps its digits (a real change of 8e-06, not a zero)
     fmt = "+.1e" if abs(row["diff"]) < 5e-4 else "+.3f"
     if row["diff_lo"] == row["diff_hi"]:
@@ -134,7 +136,8 @@ def rounding_note(dtype: object | None = None) -> str:
     return (
         f"Δ 0 (within rounding): every example's |Δ| is within the {name} rounding tolerance of the measurement "
         f"(attention and entropy {tolerance('attention', name):.0e}, NLL {tolerance('nll', name):.0e}, "
-        f"KL {tolerance('kl', name):.0e}; anchorlens.analyses.tolerance), so it is not tested and not in the "
+        f"KL {tolerance('kl', name):.0e}; anchorlens.analyses.tolerance); Δ 0 (|Δ| below the tolerance): the mean "
+        "difference itself is smaller than the measurement resolves. Neither is tested or in the "
         "Benjamini-Hochberg family (within_tolerance in the CSVs). Fixed: same in every example: the value does not "
         "vary over the examples, so it has no interval. Accuracy: Wilson score interval of the mean and Newcombe's "
         f"score interval of the paired Δ with the examples that changed, honest at small n (n < {SMALL_N} is "

@@ -207,3 +207,10 @@ def test_no_example_changed_at_n_8_is_not_certainty():
     ones = np.ones(8)  # 8 of 8 right on both sides: no correlation to use, the Wilson arm 1 - 0.676 both ways
     arm = 1 - _wilson_by_bisection(8, 8)[0]
     assert newcombe_paired_interval(ones, ones) == pytest.approx((-arm, arm), abs=1e-8)
+
+
+def test_a_mean_difference_below_the_tolerance_is_no_finding_even_when_some_examples_move_more():
+    from anchorlens.analyses.stats import not_a_finding
+
+    got = not_a_finding([2.3e-5, 3e-5, 4e-6, np.nan], [8e-6, 2e-5, -1e-6, np.nan], 1e-5)
+    assert got.tolist() == [True, False, True, False]

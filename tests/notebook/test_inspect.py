@@ -12,7 +12,7 @@ import torch
 from anchorlens.models.loading import load_base
 from anchorlens.models.tiny import build_tiny
 from anchorlens.notebook.inspect import inspect
-from anchorlens.notebook.widget import AttentionView, view, widget_html
+from anchorlens.notebook.widget import AttentionView, attention_view, widget_html
 from anchorlens.views.data import decode_full
 from tests.views.synth import assert_decoded, embedded_data
 
@@ -100,7 +100,7 @@ def test_widget_one_shared_scale_and_masked_flag(base_view):
 
 def test_view_of_two_checkpoints_has_png_fallback_and_diff_data(base_view):
     maps = {"a": base_view.maps, "b": base_view.maps}
-    shown = view(maps, title="two")
+    shown = attention_view(maps, title="two")
     assert isinstance(shown, AttentionView)
     bundle = shown._repr_mimebundle_()
     assert bundle["image/png"].startswith(b"\x89PNG") and "data:image/png;base64," in bundle["text/html"]
