@@ -172,6 +172,24 @@ class DataOptions:
         ),
     ] = None
     system: Annotated[str | None, typer.Option("--system", help="System prompt for --chat.")] = None
+    chat_template: Annotated[
+        str | None,
+        typer.Option(
+            "--chat-template",
+            metavar="NAME",
+            help="Which of the tokenizer's named chat templates (e.g. tool_use; default: the task file's, else "
+            "'default').",
+        ),
+    ] = None
+    chat_template_kwargs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--chat-template-kwargs",
+            metavar="KEY=VALUE",
+            help="An argument of the chat template (repeatable), e.g. enable_thinking=false; VALUE is JSON "
+            '(true, 3, "x") or text.',
+        ),
+    ] = None
     shots: Annotated[
         int | None, typer.Option("--shots", min=0, help="Few-shot demonstrations per example (default: the task's).")
     ] = None
@@ -197,10 +215,21 @@ class DataOptions:
 
     def prompt(self):
         """The :class:`~anchorlens.tasks.prompts.PromptOptions` of these flags."""
+        from anchorlens.roles.chat_template import ChatTemplateChoiceError, parse_kwargs
         from anchorlens.tasks.prompts import PromptOptions
 
+        try:
+            kwargs = parse_kwargs(self.chat_template_kwargs or ())
+        except ChatTemplateChoiceError as err:
+            raise UsageError(str(err)) from None
         return PromptOptions(
-            chat=self.chat, system=self.system, shots=self.shots, shots_from=self.shots_from, seed=self.shots_seed
+            chat=self.chat,
+            system=self.system,
+            shots=self.shots,
+            shots_from=self.shots_from,
+            seed=self.shots_seed,
+            chat_template=self.chat_template,
+            chat_template_kwargs=kwargs,
         )
 
     def input_kwargs(self) -> dict[str, Any]:

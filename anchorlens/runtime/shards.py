@@ -5,7 +5,8 @@ tidy metric rows (derived metrics and mask flags included: every metric is per e
 final) and written to ``OUT/.progress/shard-XXXXX.arrow``, then ``shard-XXXXX.json`` (run key, chunk,
 example ids, row count), each through a temp file and ``os.replace``; the json is the commit marker. Nothing
 of a finished chunk stays in memory: a run holds one chunk's reducer state and rows at a time, whatever the
-number of examples. ``run.json`` holds the run key: a re-run with the same key skips finished chunks, and
+number of examples. ``run.json`` holds the run key and the facts it hashes (so a refused resume can name what
+changed): a re-run with the same key skips finished chunks, and
 :func:`concat_shards` streams the shards into one parquet file (a row group per chunk), so the result equals
 an uninterrupted run exactly. Ranks write their own chunks; merging is concatenation (no exchange of
 per-example data). No pickle anywhere. Files are written through :mod:`anchorlens.atomic`.
@@ -62,6 +63,12 @@ class Progress:
         """The run key of the progress under ``out``, or None when there is none."""
         info = _read_json(Path(out) / PROGRESS_DIR / RUN_FILE)
         return None if info is None else str(info.get("run_key"))
+
+    @staticmethod
+    def stored_facts(out: str | Path) -> dict | None:
+        """What the run under ``out`` recorded when it started (its run key and the facts it hashes: model,
+        data, prompt options, chat template...), or None when there is no readable record."""
+        return _read_json(Path(out) / PROGRESS_DIR / RUN_FILE)
 
     def start(self, facts: dict | None = None) -> None:
         """Create the directory, drop temp files of killed writers and record the run key (idempotent).

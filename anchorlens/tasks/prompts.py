@@ -1,7 +1,7 @@
 """What the model reads for each example: the task's template, demonstrations, the chat template, text windows.
 
-:class:`PromptOptions` are the user's choices (``--chat``, ``--system``, ``--shots``, ``--shots-from``,
-``--seed``); :func:`build_prompts` binds them to a task and a tokenizer and returns a :class:`Prompts`: the
+:class:`PromptOptions` are the user's choices (``--chat``, ``--system``, ``--chat-template``,
+``--chat-template-kwargs``, ``--shots``, ``--shots-from``, ``--seed``); :func:`build_prompts` binds them to a task and a tokenizer and returns a :class:`Prompts`: the
 run's :class:`~anchorlens.roles.scheme.RoleScheme` (its role table: the built-ins, the task's roles,
 ``scaffold``/``system`` with a chat template, ``demo``/``demo_label`` with demonstrations; its token rules)
 and ``render(example) -> Rendered``. Every consumer (capture, compare, evaluate, train, sweeps, inspect) renders
@@ -16,6 +16,7 @@ from typing import Any
 
 from anchorlens.errors import DataError, UsageError
 from anchorlens.roles.chat import SCAFFOLD, SYSTEM, ChatLayout, ChatTemplateError, chat_render
+from anchorlens.roles.chat_template import ChatTemplateChoiceError, Kwargs, resolve_chat_template
 from anchorlens.roles.scheme import RoleScheme
 from anchorlens.roles.table import RoleTable
 from anchorlens.roles.templates import Rendered, literal
@@ -37,7 +38,9 @@ class PromptOptions:
     """How examples become model input beyond the task's template.
 
     chat: render through the tokenizer's chat template (None: the task's ``chat``); system: the system prompt
-    (None: the task's); shots: demonstrations per query (None: the task's ``shots``); shots_from: their source
+    (None: the task's); chat_template: which of the tokenizer's named templates (None: the task's, else
+    ``default``); chat_template_kwargs: template arguments as sorted ``(key, value)`` pairs (``enable_thinking``;
+    over the task's own, key by key); shots: demonstrations per query (None: the task's ``shots``); shots_from: their source
     (a data source; None: the evaluated data); seed: which demonstrations; window: tokens per window of a text
     task (None: ``--max-length`` or 512).
     """
@@ -48,6 +51,8 @@ class PromptOptions:
     shots_from: str | None = None
     seed: int = 0
     window: int | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: Kwargs = ()
 
     def resolved(self, task: Task) -> PromptOptions:
         """These options with the task's defaults filled in; UsageError for combinations that cannot work."""
@@ -66,7 +71,11 @@ class PromptOptions:
             raise UsageError("--shots needs a task with labels; the text task has none")
         if self.shots_from is not None and not shots:
             raise UsageError("--shots-from needs --shots K (how many demonstrations per query)")
-        return replace(self, chat=chat, system=system, shots=shots)
+        name = self.chat_template if self.chat_template is not None else task.chat_template
+        kwargs = tuple(sorted({**dict(task.chat_template_kwargs), **dict(self.chat_template_kwargs)}.items()))
+        if (self.chat_template is not None or self.chat_template_kwargs) and not chat:
+            raise UsageError("--chat-template and --chat-template-kwargs need --chat (they choose the chat template)")
+        return replace(self, chat=chat, system=system, shots=shots, chat_template=name, chat_template_kwargs=kwargs)
 
     def describe(self) -> dict[str, Any]:
         """What to record in a manifest."""
@@ -77,6 +86,11 @@ class PromptOptions:
             "shots_from": self.shots_from,
             "seed": self.seed,
             "window": self.window,
+            **(
+                {"chat_template": self.chat_template, "chat_template_kwargs": dict(self.chat_template_kwargs)}
+                if self.chat
+                else {}
+            ),
         }
 
 
@@ -124,6 +138,13 @@ class Prompts:
             self._windows[id(examples)] = kept
         return kept[1]
 
+    def chat_template(self) -> dict[str, Any] | None:
+        """The chat template the prompts render with (text, sha256, name, source, arguments; None without chat):
+        what a manifest records and a resume key hashes."""
+        if self.layout is None or self.layout.template is None:
+            return None
+        return self.layout.template.facts()
+
     def describe(self) -> dict[str, Any]:
         """The roles and prompt options for a run's manifest."""
         return {"roles": self.roles.to_json(), **self.options.describe()}
@@ -169,8 +190,9 @@ def build_prompts(
     layout = None
     if options.chat:
         try:
-            layout = ChatLayout.of(tokenizer, options.system)
-        except ChatTemplateError as err:
+            template = resolve_chat_template(tokenizer, options.chat_template, options.chat_template_kwargs)
+            layout = ChatLayout.of(tokenizer, options.system, template)
+        except (ChatTemplateError, ChatTemplateChoiceError) as err:
             raise UsageError(str(err)) from None
     scheme = role_scheme(task, bool(options.chat), options.shots or 0, add_special_tokens=not options.chat)
     demos = None

@@ -77,6 +77,8 @@ class Task:
     notes: tuple[str, ...] = field(default=(), compare=False)
     label_of: Callable[[Mapping[str, Any]], Any] | None = field(default=None, compare=False)
     fewshot_data: str | None = None
+    chat_template: str | None = None  # a task file's named chat template (--chat-template NAME)
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # its template arguments
 
     def __post_init__(self) -> None:
         """Check that labels and verbalizers pair up, the template uses only known fields, and roles are sound."""

@@ -11,7 +11,9 @@ Template literal text is ``structural``; ``{field}`` slots are ``content`` tagge
 (``{field:role}`` gives a slot a role of its own). A template may also be an array of segments,
 ``[{ text = "Review: ", role = "scaffold" }, { field = "text" }]``. ``labels`` is a table (string label
 values) or an array ``[{ value = true, verbalizer = " yes" }, ...]`` for typed values (booleans, numbers).
-``[roles]`` adds token rules (``newline = ['^\\s*\\n\\s*$']``). Every problem is one line naming the file and
+``chat = true`` renders through the tokenizer's chat template, with ``system``, ``chat_template`` (a named
+template) and ``chat_template_kwargs = { enable_thinking = false }`` (template arguments). ``[roles]`` adds token
+rules (``newline = ['^\\s*\\n\\s*$']``). Every problem is one line naming the file and
 the key and what to write instead.
 """
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from anchorlens.atomic import os_errors
 from anchorlens.errors import DataError
+from anchorlens.roles.chat_template import ChatTemplateChoiceError, check_kwargs
 from anchorlens.roles.scheme import compile_rules
 from anchorlens.roles.table import check_role_name
 from anchorlens.roles.templates import Field, Literal, Segment, Template, TemplateSyntaxError
@@ -76,6 +79,12 @@ SCHEMA: dict[str, Key] = {
     ),
     "chat": Key("a boolean", lambda v: isinstance(v, bool)),
     "system": Key("a string", _str),
+    "chat_template": Key("a string", _str, help="which of the tokenizer's named chat templates (e.g. tool_use)"),
+    "chat_template_kwargs": Key(
+        "a table",
+        lambda v: isinstance(v, dict),
+        help="arguments of the chat template, e.g. { enable_thinking = false }",
+    ),
     "shots": Key("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "fewshot_delimiter": Key("a string", _str),
     "data": Key("a string", _str, help="a default --data: a file, a directory or hf:ORG/NAME[:CONFIG][@SPLIT]"),
@@ -211,6 +220,17 @@ def task_from_mapping(data: Mapping[str, Any], where: str, *, source: str, text:
         raise _fail(where, str(err)) from None
     if data.get("system") is not None and not data.get("chat", False):
         raise _fail(where, "system needs chat = true (the system prompt goes into the tokenizer's chat template)")
+    chat_extra: dict[str, Any] = {}
+    for key in ("chat_template", "chat_template_kwargs"):
+        if key in data and not data.get("chat", False):
+            raise _fail(where, f"{key} needs chat = true (it chooses how the tokenizer's chat template renders)")
+    if "chat_template" in data:
+        chat_extra["chat_template"] = data["chat_template"]
+    if "chat_template_kwargs" in data:
+        try:
+            chat_extra["chat_template_kwargs"] = check_kwargs(data["chat_template_kwargs"], "chat_template_kwargs")
+        except ChatTemplateChoiceError as err:
+            raise _fail(where, str(err)) from None
     declared = tuple(data.get("fields", ()))
     fields = tuple(dict.fromkeys([*declared, *template.fields]))
     try:
@@ -234,6 +254,7 @@ def task_from_mapping(data: Mapping[str, Any], where: str, *, source: str, text:
             data=data.get("data"),
             source=source,
             digest=text_digest(text) if text else "",
+            **chat_extra,
         )
     except ValueError as err:
         raise _fail(where, str(err)) from None

@@ -57,17 +57,69 @@ def claim_capture(out: Path, force: bool) -> OutClaim:
 
 
 def prepare_out(claim: OutClaim, run_key: str, force: bool, facts: dict) -> Progress:
-    """Make OUT ready (rank 0): cleared under ``force``, another run's progress refused, the key recorded."""
+    """Make OUT ready (rank 0): cleared under ``force``, another run's progress refused naming what differs (its
+    chat template, system prompt, data...) before anything is written, the key recorded."""
     stored = Progress.stored_key(claim.path)
     if stored is not None and stored != run_key and not force:
+        changed = describe_changes(Progress.stored_facts(claim.path), facts)
         raise UsageError(
-            f"{claim.path} holds an unfinished run of a different command (run key {stored}, this one {run_key}); "
+            f"{claim.path} holds an unfinished run of a different command, whose results would differ ({changed}); "
             "rerun the original command to resume it, or pass --force to discard it"
         )
     claim.start_in_place({"run_key": run_key})
     progress = Progress(claim.path, run_key)
     progress.start(facts)
     return progress
+
+
+_FACT_NAMES = {
+    "chat_template": "the chat template",
+    "prompt": "the prompt options",
+    "base_fingerprint": "the base model's weights",
+    "data_digest": "the data",
+    "task_source": "the task",
+    "guidance_digest": "the checkpoint's guidance",
+}
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """A recorded value in a message: JSON, or a string quoted, cut to ``limit`` characters."""
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _changed_fields(key: str, old: Any, new: Any) -> list[str]:
+    """What differs between two recorded values of ``key`` (a dict's differing entries by name)."""
+    if key == "chat_template" and isinstance(old, dict) and isinstance(new, dict):
+        parts = []
+        if old.get("sha256") != new.get("sha256"):
+            parts.append(f"text sha256 {str(old.get('sha256'))[:12]} -> {str(new.get('sha256'))[:12]}")
+        for sub in ("source", "name", "kwargs"):
+            if old.get(sub) != new.get(sub):  # a source is a path: never cut
+                limit = 1000 if sub == "source" else 60
+                parts.append(f"{sub} {_short(old.get(sub), limit)} -> {_short(new.get(sub), limit)}")
+        return [f"the chat template: {', '.join(parts)}"] if parts else []
+    if isinstance(old, dict) and isinstance(new, dict):
+        subs = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
+        what = _FACT_NAMES.get(key, key)
+        return [f"{what}: " + ", ".join(f"{k} {_short(old.get(k))} -> {_short(new.get(k))}" for k in subs)]
+    return [f"{_FACT_NAMES.get(key, key)}: {_short(old)} -> {_short(new)}"]
+
+
+def describe_changes(stored: dict | None, facts: dict) -> str:
+    """The facts that differ between an unfinished run's record and this run's, in words (one line)."""
+    if stored is None or set(stored) <= {"run_key"}:
+        return f"run key {stored.get('run_key') if stored else None}, this one's differs; that run recorded no more"
+    new = json.loads(json.dumps(facts, sort_keys=True, default=str))  # the form the record was written in
+    parts: list[str] = []
+    for key in sorted({*new, *stored} - {"run_key"}):
+        if key not in stored:
+            parts.append(f"{_FACT_NAMES.get(key, key)}: not recorded by that run")
+        elif stored.get(key) != new.get(key):
+            parts.extend(_changed_fields(key, stored.get(key), new.get(key)))
+    if len(parts) > 4:
+        parts = [*parts[:4], f"and {len(parts) - 4} more"]
+    return "; ".join(parts) if parts else "run key differs"
 
 
 def guidance_digest(model) -> str | None:
@@ -110,6 +162,7 @@ def run_identity(
         "task": inputs.task.name,
         "task_source": inputs.task.describe_source(),
         "prompt": prompts.options.describe(),
+        "chat_template": prompts.chat_template(),
         "data_digest": examples_digest(inputs.examples),
         "n_examples": len(rows),
         "selection": dataclasses.asdict(selection),

@@ -305,7 +305,7 @@ def compare(
         "roles": prompts.roles.to_json(),
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
         **({"evidence": evidence_record(default_reducers(roles=prompts.roles, extra=extra))} if extra else {}),
-        **inputs.facts(),
+        **inputs.facts(prompts),
         **multibase_facts(shared, used, models),
     }
     if certificate.enabled:

@@ -64,7 +64,7 @@ def evaluate(
                 model=model.config(),
                 task=inputs.task.name,
                 data=inputs.source,
-                **inputs.facts(),
+                **inputs.facts(inputs.prompts(model.base.tokenizer)),
                 batch_size=batch_size,
                 max_length=max_length,
                 **({"first_pass": result.metrics["first_pass"]} if "first_pass" in result.metrics else {}),

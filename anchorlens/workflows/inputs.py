@@ -60,12 +60,15 @@ class Inputs:
             prompts=self.prompts(model.base.tokenizer),
         )
 
-    def facts(self) -> dict[str, Any]:
-        """The task, data and prompt facts a run records in its manifest."""
+    def facts(self, prompts: Prompts | None = None) -> dict[str, Any]:
+        """The task, data and prompt facts a run records in its manifest; with the run's ``prompts``, the chat
+        template it rendered with too (text, sha256, name, source, arguments)."""
+        chat = prompts.chat_template() if prompts is not None else None
         return {
             "task_source": self.task.describe_source(),
             "data_facts": {"source": self.source, **dict(self.data_facts)},
             "prompt": self.prompt.resolved(self.task).describe(),
+            **({"chat_template": chat} if chat is not None else {}),
         }
 
 

@@ -128,7 +128,7 @@ def sweep_positions(
         "source": inputs.source,
         "examples": len(rows),
         "roles": prompts.roles.to_json(),
-        **inputs.facts(),
+        **inputs.facts(prompts),
         "anchor_role": anchor,
         "positions": positions,
         **({"exactness": exactness} if certificate.enabled else {}),

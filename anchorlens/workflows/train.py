@@ -245,7 +245,7 @@ def _write_outputs(
             model=guided.config(),
             task=inputs.task.name,
             data=inputs.source,
-            **inputs.facts(),
+            **inputs.facts(prompts),
             roles=prompts.roles.to_json(),
             eval_digest=examples_digest(eval_ex),
             latest_checkpoint=str(latest_checkpoint(out)),
