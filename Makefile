@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.anchorlens-installed
 
-.PHONY: setup demo lint test test-fast bench dist clean
+.PHONY: setup demo lint test test-fast docs bench dist clean
 
 setup: $(STAMP)
 
@@ -21,8 +21,8 @@ demo: setup
 	$(VENV)/bin/anchorlens
 
 lint: setup
-	$(VENV)/bin/ruff check anchorlens tests benchmarks
-	$(VENV)/bin/ruff format --check anchorlens tests benchmarks
+	$(VENV)/bin/ruff check anchorlens tests benchmarks docs/hooks
+	$(VENV)/bin/ruff format --check anchorlens tests benchmarks docs/hooks
 	$(VENV)/bin/mypy
 
 # CI runs everything (lint, types, all tests); `make test-fast` skips the tests marked slow.
@@ -32,6 +32,16 @@ test: lint
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow"
 
+# The documentation site, built strictly (a broken link or reference fails) into site/, offline; the build
+# executes the tutorial notebooks on the embedded model, so the outputs it shows are the ones it computed.
+DOCS_STAMP := $(VENV)/.anchorlens-docs-installed
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[test,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: setup
 	$(PY) benchmarks/run_all.py
 
@@ -40,4 +50,4 @@ dist: setup
 	$(PY) -m build --outdir dist
 
 clean:
-	rm -rf $(VENV) .pytest_cache build dist
+	rm -rf $(VENV) .pytest_cache build dist site

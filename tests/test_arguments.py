@@ -27,7 +27,7 @@ def test_a_string_for_a_list_of_checkpoints_is_named():
     err = info.value
     assert isinstance(err, UsageError) and isinstance(err, TypeError)  # catchable either way
     assert str(err) == (
-        "anchorlens.compare(): argument 'ckpts' must be a sequence of str, got str 'base' "
+        "anchorlens.compare(): argument 'ckpts' must be a sequence of str or a mapping (e.g. a dict), got str 'base' "
         "(one string is not a sequence of them: pass ['base', ...])"
     )
 
