@@ -88,7 +88,9 @@ def _direct(metrics: pd.DataFrame) -> pd.DataFrame:
 def test_evidence_csv_equals_a_direct_computation_from_the_metric_rows(runs):
     on, _, _ = runs
     table = pd.read_csv(on / "evidence.csv", keep_default_na=False, na_values={"layer": [""]})
-    assert list(table.columns) == ["checkpoint", "stack", "layer", "measure", "key", "mean", "ci_lo", "ci_hi", "n"]
+    assert list(table.columns) == [
+        "checkpoint", "stack", "layer", "measure", "key", "mean", "ci_lo", "ci_hi", "n", "includes"
+    ]  # fmt: skip
     direct = _direct(pd.read_parquet(on / "metrics.parquet"))
     per_layer = direct.groupby(["checkpoint", "layer", "measure", "key"])["value"].mean()
     by_example = direct.groupby(["checkpoint", "example", "measure", "key"])["value"]

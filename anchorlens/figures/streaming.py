@@ -188,8 +188,10 @@ def streaming_maps_figure(
     heads = _count_text({n: maps[n].heads for n in names}, "heads")
     examples = _count_text({n: maps[n].n_examples for n in names}, "examples")
     cbar = fig.colorbar(image, ax=grid.ravel().tolist(), shrink=0.9, pad=0.02, aspect=25)
-    scale_note = "" if scale == "linear" else f" ({scale} scale)"
-    cbar.set_label(f"attention probability{scale_note},\nmean over {heads} and {examples}", fontsize=font.label)
+    scale_note = "" if scale == "linear" else f", {scale} scale"
+    cbar.set_label(
+        f"query → key attention (probability){scale_note},\nmean over {heads} and {examples}", fontsize=font.label
+    )
     set_colorbar_ticks(cbar, [t for t in nice_range(0.0, top)[2] if t <= top + 1e-12])
     cbar.ax.tick_params(labelsize=font.tick)
 

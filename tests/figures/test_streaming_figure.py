@@ -74,7 +74,7 @@ def test_panels_show_each_checkpoints_mean_with_masked_cells_na(maps, tmp_path):
     assert not [line for line in axes[0].lines if str(line.get_gid()).startswith("guidance")]
     (cbar,) = colorbars(fig)
     label = colorbar_label(cbar)
-    assert label == "attention probability (sqrt scale),\nmean over 3 heads and 4 examples"
+    assert label == "query → key attention (probability), sqrt scale,\nmean over 3 heads and 4 examples"
     texts = saved_texts(fig, tmp_path / "streaming.svg")
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert legend == [
@@ -94,7 +94,7 @@ def test_colour_scale_is_shared_and_ends_on_a_nice_number(maps):
     assert len(norms) == 1
     ((lo, hi),) = norms
     assert lo == 0 and top <= hi <= 1.0 and round(hi * 10) == hi * 10
-    assert colorbar_label(colorbars(fig)[0]).startswith("attention probability,\nmean over")
+    assert colorbar_label(colorbars(fig)[0]).startswith("query → key attention (probability),\nmean over")
 
 
 def test_column_preset_is_narrow_with_legible_text(maps, tmp_path):

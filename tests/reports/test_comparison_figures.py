@@ -27,7 +27,14 @@ def figures():
 
 def test_every_colour_bar_names_a_measure_and_unit_with_nice_ticks(figures):
     _, figs = figures
-    assert set(figs) == {"attention_maps", "layer_curves", "heads_sink", "heads_diff_instance", "role_flow"}
+    assert set(figs) == {
+        "attention_maps",
+        "streaming_maps",
+        "layer_curves",
+        "heads_sink",
+        "heads_diff_instance",
+        "role_flow",
+    }
     for stem, fig in figs.items():
         fig.canvas.draw()
         for cbar in colorbars(fig):

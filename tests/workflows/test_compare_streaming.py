@@ -104,7 +104,7 @@ def test_a_run_written_whole_reads_back_too(streamed, tmp_path):
 
 def test_manifest_facts_time_each_phase(streamed):
     seconds = streamed.facts["seconds"]
-    assert list(seconds) == ["capture", "task_effects", "statistics"]
+    assert list(seconds) == ["capture", "task_effects", "mean_maps", "statistics"]
     assert all(isinstance(v, float) and v >= 0 for v in seconds.values())
     assert seconds["capture"] > 0  # two checkpoints' forwards were timed
 
