@@ -40,7 +40,7 @@ Task_ = Annotated[
     str,
     typer.Option(
         "--task",
-        help="Task: a built-in name (rte, cb, boolq, copa, wic, wsc, multirc, text; `anchorlens tasks` lists them), "
+        help="Task: a built-in name (rte, cb, boolq, copa, wic, wsc, multirc, sst2, text; `anchorlens tasks` lists them), "
         "a task file (.toml) or an lm-evaluation-harness task (.yaml).",
     ),
 ]

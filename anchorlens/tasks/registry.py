@@ -24,10 +24,10 @@ HARNESS_SUFFIXES = (".yaml", ".yml")
 
 @cache
 def builtin_task_names() -> tuple[str, ...]:
-    """Names of the task files shipped inside the package, SuperGLUE's first as the paper lists them."""
+    """Names of the task files shipped inside the package, SuperGLUE's first as the paper lists them, then SST-2."""
     folder = resources.files(_PACKAGE).joinpath(_BUILTIN)
     names = sorted(p.name[: -len(".toml")] for p in folder.iterdir() if p.name.endswith(".toml"))
-    order = ["rte", "cb", "boolq", "copa", "wic", "wsc", "multirc"]
+    order = ["rte", "cb", "boolq", "copa", "wic", "wsc", "multirc", "sst2"]
     return tuple(sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n)))
 
 

@@ -25,14 +25,15 @@ SYNTHETIC = {
     "wic": {"word": "w", "sentence1": "S1.", "sentence2": "S2."},
     "wsc": {"text": "T.", "target": {"span1_text": "x", "span2_text": "it"}},
     "multirc": {"passage": "P.", "question": "Q?", "answer": "A"},
+    "sst2": {"sentence": "a fine film ."},
 }
 
 
 SUPERGLUE = ("rte", "cb", "boolq", "copa", "wic", "wsc", "multirc")
 
 
-def test_all_seven_superglue_tasks_and_plain_text():
-    assert tuple(TASKS) == (*SUPERGLUE, "text")
+def test_all_seven_superglue_tasks_sst2_and_plain_text():
+    assert tuple(TASKS) == (*SUPERGLUE, "sst2", "text")
     assert TASKS["text"].kind == "text" and not TASKS["text"].has_labels and TASKS["text"].roles == ("newline", "punct")
     for name in SUPERGLUE:
         task = TASKS[name]
@@ -57,6 +58,9 @@ def test_labels_verbalizers_and_metrics():
         and get_task("multirc").group_fields == ("passage_idx", "group")
     )
     assert get_task("rte").metrics == ("accuracy",)
+    sst2 = get_task("sst2")  # GLUE SST-2's 0/1 labels; "Review:" and "Sentiment:" are structural words
+    assert sst2.labels == (0, 1) and sst2.verbalizers == (" negative", " positive") and sst2.fields == ("sentence",)
+    assert sst2.template.spec == "Review: {sentence}\nSentiment:"
 
 
 def test_get_task_is_case_insensitive_and_lists_known_names():
@@ -149,7 +153,7 @@ def test_expand_multirc_one_example_per_answer():
 
 
 def test_bundled_examples_are_balanced_short_and_labelled():
-    assert bundled_tasks() == ("boolq", "cb", "copa", "rte")
+    assert bundled_tasks() == ("boolq", "cb", "copa", "rte", "sst2")
     for name in bundled_tasks():
         task = get_task(name)
         rows = bundled_examples(name)

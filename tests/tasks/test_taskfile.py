@@ -162,7 +162,7 @@ def test_bad_task_files_are_one_line_naming_the_file(tmp_path, text, message):
 def test_missing_task_file_and_unknown_names(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
         get_task(str(tmp_path / "nope.toml"))
-    with pytest.raises(ValueError, match="known tasks: rte, cb, boolq, copa, wic, wsc, multirc, text"):
+    with pytest.raises(ValueError, match="known tasks: rte, cb, boolq, copa, wic, wsc, multirc, sst2, text"):
         get_task("glue")
 
 
