@@ -19,11 +19,15 @@ from anchorlens.roles.layout import Layout
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
-def with_all(sums: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Append the ``all`` query-role total along dim 2: [N, H, R, ...], [N, H, R] -> [N, H, R+1, ...], [N, H, R+1]."""
+def with_all(sums: torch.Tensor, counts: torch.Tensor, roles: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Append the ``all`` query-role total along dim 2: [N, H, S, ...], [N, H, S] -> [N, H, S+1, ...], [N, H, S+1].
+
+    ``roles``: sum only the first ``roles`` entries (the roles, which partition the queries; the field groups after
+    them are a finer partition of ``content`` and would count its queries twice); None sums all S."""
+    part = slice(None) if roles is None else slice(0, roles)
     return (
-        torch.cat([sums, sums.sum(2, keepdim=True)], dim=2),
-        torch.cat([counts, counts.sum(2, keepdim=True)], dim=2),
+        torch.cat([sums, sums[:, :, part].sum(2, keepdim=True)], dim=2),
+        torch.cat([counts, counts[:, :, part].sum(2, keepdim=True)], dim=2),
     )
 
 

@@ -14,7 +14,8 @@ State (float64 sums over queries, so query chunks and examples add up): ``mass[g
 valid queries of query group g (0: input = every role but guidance, 1: guidance) and
 ``count[g]``. A second, head-independent table keeps what the mask lets each query see:
 ``pairs[s, r]`` = number of (valid query of role s, visible valid key of role r) pairs (r = the
-R roles of the run's table plus the sink as a last column) and ``queries[s]``. From it :mod:`analyses.metrics`
+R roles of the run's table, the sink, then the F field groups ``content:<field>`` of its template fields;
+s = the roles, then the field groups) and ``queries[s]``. From it :mod:`analyses.metrics`
 detects metrics fixed by the mask and measures guidance absorption.
 
 Frame rows: metric ``decomposition`` (query_role ``input`` or ``guidance``, key_role one of
@@ -35,13 +36,15 @@ from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import (
-    ROLE_COLUMNS,
     ROLE_START,
     SINK_KEY,
     column_mass,
+    group_columns,
     key_columns,
     layout_key_columns,
+    query_fields_transposed,
     query_roles,
+    role_columns,
 )
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.analyses.table import SiteSums, SiteTable
@@ -87,9 +90,14 @@ class DecompositionReducer(SiteReducer):
         return {"mass": (len(QUERY_GROUPS), self.num_roles + 1), "count": (len(QUERY_GROUPS),)}
 
     def _vis_shapes(self) -> dict[str, tuple[int, ...]]:
-        """pairs: [R, R + 1] (query role x key role, then the sink); queries: [R]."""
-        r = self.num_roles
-        return {"pairs": (r, r + 1), "queries": (r,)}
+        """pairs: [R + F, R + 1 + F] (query role, then field group x key role, the sink, then field group); queries:
+        [R + F] (F = 0 without template fields)."""
+        r, f = self.num_roles, len(self.roles.fields)
+        return {"pairs": (r + f, r + 1 + f), "queries": (r + f,)}
+
+    def _options(self) -> dict:
+        """The field groups change the visibility table's axes (none: the options of a run without fields)."""
+        return {"fields": list(self.roles.fields)} if self.roles.fields else {}
 
     def _per_query(self, event: AttentionEvent) -> tuple[torch.Tensor, ...]:
         """[B, H, q, C]: the shared key-column sums, of which the mass on each key role and on the sink are read."""
@@ -120,7 +128,9 @@ class DecompositionReducer(SiteReducer):
         def compute() -> torch.Tensor:
             columns = layout_key_columns(event).double()  # [B, K, C]
             # the sink's role: its row of the role columns (zero where an example has no sink)
-            sink_role = torch.bmm(columns[..., SINK_KEY].unsqueeze(1), columns[..., ROLE_COLUMNS]).squeeze(1)  # [B, R]
+            sink_role = torch.bmm(columns[..., SINK_KEY].unsqueeze(1), columns[..., role_columns(r)]).squeeze(
+                1
+            )  # [B, R]
             w = torch.zeros(columns.shape[0], columns.shape[-1], r + 1, dtype=torch.float64, device=dev)
             w[:, SINK_KEY, 0] = 1.0
             w[:, range(ROLE_START, ROLE_START + r), range(1, r + 1)] = 1.0
@@ -143,11 +153,14 @@ class DecompositionReducer(SiteReducer):
     def _count_visible(event: AttentionEvent) -> dict[str, torch.Tensor]:
         """The uncached :meth:`_visibility`: the shared key columns (roles, sink) of the covered keys."""
         columns = key_columns(event)
-        keys = torch.cat([columns[..., ROLE_COLUMNS], columns[..., SINK_KEY : SINK_KEY + 1]], -1).double()
-        # keys: [B, K', R+1] (the roles, then the sink), zero rows for padding keys
+        r = event.layout.k.table.size
+        roles, fields = role_columns(r), group_columns(r)
+        keys = torch.cat([columns[..., roles], columns[..., SINK_KEY : SINK_KEY + 1], columns[..., fields]], -1)
+        keys = keys.double()
+        # keys: [B, K', R+1+F] (the roles, the sink, then the field groups), zero rows for padding keys
         # what each query can attend to after every edit; a knockout of chosen heads: the mean over the heads
         seen = event.visible.to(keys.device).double().mean(1).expand(keys.shape[0], -1, -1)  # [B, Q, K']
-        q_hot = query_roles(event)  # [B, Q, R]
+        q_hot = torch.cat([query_roles(event), query_fields_transposed(event).transpose(1, 2)], -1)  # [B, Q, R+F]
         pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
         return {"pairs": pairs[None, :, None], "queries": q_hot.sum(1)[None, :, None]}
 
@@ -219,7 +232,8 @@ class DecompositionReducer(SiteReducer):
 def _visibility_rows(
     stack: str, layer: int, examples: np.ndarray, arrays: dict[str, torch.Tensor], roles: RoleTable
 ) -> Rows:
-    """visible_share / visible_keys rows (head <NA>: over all heads) from pairs [N, 1, R, R+1] and queries [N, 1, R]."""
+    """visible_share / visible_keys rows (head <NA>: over all heads) from pairs [N, 1, R+F, R+1+F] and queries
+    [N, 1, R+F] (the F field groups after the roles: their shares are of every visible key, as the roles')."""
     pairs, queries = arrays["pairs"], arrays["queries"]
     inputs, guidance = list(roles.input_ids), list(roles.guidance_ids)
     pooled = lambda idx: (pairs[:, :, idx].sum(2, keepdim=True), queries[:, :, idx].sum(2, keepdim=True))  # noqa: E731
@@ -230,7 +244,7 @@ def _visibility_rows(
         [pairs, pairs[..., inputs].sum(-1, keepdim=True), pairs[..., guidance].sum(-1, keepdim=True)], -1
     )  # [N, 1, S, R+3]
     share = mean_of(keys, total.squeeze(-1))
-    labels = roles.names + QUERY_GROUPS
+    labels = roles.names + roles.group_names + QUERY_GROUPS
     heads = None  # one column of rows over all heads (head <NA>)
     if examples.size == 0:
         return Rows.empty()
@@ -245,7 +259,7 @@ def _visibility_rows(
                 share.numpy(),
                 queries.numpy(),
                 labels,
-                roles.names + (SINK,) + QUERY_GROUPS,
+                roles.names + (SINK,) + roles.group_names + QUERY_GROUPS,
             ),
             long_rows(
                 stack,

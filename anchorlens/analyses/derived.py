@@ -24,6 +24,7 @@ from anchorlens.analyses.frames import (
 from anchorlens.analyses.groups import Groups, combined_key, key_ranks, lookup, member_of
 from anchorlens.analyses.rows import NO_HEAD, Labels, Rows
 from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
+from anchorlens.roles.table import is_field_group
 
 RoleLike = str | int | Role
 Roles = Sequence[RoleLike] | str  # explicit roles, or INPUT / GUIDANCE: the run's input or guidance roles
@@ -33,8 +34,10 @@ MASK_REASON = "fixed by the causal mask"
 EMPTY_REASON = "empty: no visible key after knockout"
 # metrics whose (query_role, key_role) is a visibility pair; fixed when the mask decides them (the raw role_flow
 # rows too: one policy for every metric, figures and tables read the same flag)
+FIELD_FLOW = "field_flow"  # role_flow rows with a field group (content:<field>) on either side, under their own name
 FLOW_METRICS = (
     "role_flow",
+    FIELD_FLOW,
     "anchor_mass",
     "anchor_structural",
     "island_score",
@@ -196,6 +199,23 @@ def absorption_rows(rows: Rows) -> Rows:
     return Rows(out.example, out.layer, out.head, value, out.count, labels)
 
 
+def field_flow_rows(rows: Rows) -> Rows:
+    """``field_flow``: the ``role_flow`` rows whose query or key group is a field group (``content:<field>``), the
+    same values and counts under their own metric name, so that the paired statistics can test the template's fields
+    (``content:hypothesis`` -> ``content:premise``) without every role-flow cell (:data:`FIELD_FLOW`)."""
+    flow = rows.where("metric", ["role_flow"])
+    if not flow.any():
+        return Rows.empty()
+    queries, keys = rows.labels["query_role"], rows.labels["key_role"]
+    in_query = np.array([is_field_group(v) for v in queries.vocab], dtype=bool)[queries.codes]
+    in_key = np.array([is_field_group(v) for v in keys.vocab], dtype=bool)[keys.codes]
+    picked = rows.take(np.nonzero(flow & (in_query | in_key))[0])
+    if not len(picked):
+        return Rows.empty()
+    labels = {**picked.labels, "metric": Labels.constant(FIELD_FLOW, len(picked))}
+    return Rows(picked.example, picked.layer, picked.head, picked.value, picked.count, labels)
+
+
 def derived_rows(rows: Rows, anchors: Sequence[RoleLike] = ("capsule",)) -> Rows:
     """All derived metrics of reducer rows (:func:`anchorlens.analyses.metrics.derived_metrics`)."""
     absorption = absorption_rows(rows)
@@ -212,6 +232,7 @@ def derived_rows(rows: Rows, anchors: Sequence[RoleLike] = ("capsule",)) -> Rows
         flow_rows(flow, GUIDANCE, GUIDANCE, metric="island_score"),
         entropy,
         absorption,
+        field_flow_rows(flow),
     ]
     return Rows.concat(parts)
 

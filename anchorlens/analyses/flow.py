@@ -3,8 +3,10 @@
 ``flow_by_layer(metrics, queries="content")`` is the layer x key-role table of the mean mass that queries of
 ``queries`` (a role, ``input`` for every non-guidance role, or ``all``) put on keys of each role, from the
 ``role_flow`` rows: pooled over the query roles by query counts within each example, averaged over heads,
-then over examples. Rows sum to 1 (every key has a role). Columns are the key roles of the run, in the order
-of its role table when given.
+then over examples. Rows sum to 1 over the roles (every key has a role). Columns are the key roles of the run, in
+the order of its role table when given, then its field groups (``content:<field>``: the content keys of each
+template field, a finer partition of the ``content`` column, not counted in the sum); ``queries`` may be a field
+group too.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from anchorlens.analyses.frames import ALL, INPUT, average_heads, input_labels, role_label
+from anchorlens.roles.table import is_field_group
 
 
 def flow_by_layer(
@@ -59,7 +62,10 @@ def flow_by_layer(
         c for c in table.columns if (table[c] != 0).any()
     }
     named = [r for r in (roles or []) if r in table.columns]
-    order = named + sorted(c for c in table.columns if c not in named)
+    rest = sorted(c for c in table.columns if c not in named and not is_field_group(c))
+    seen = dict.fromkeys(str(k) for k in flow["key_role"])  # the frame's order: the template's fields in order
+    groups = [c for c in seen if c in table.columns and is_field_group(c) and c not in named]
+    order = [r for r in named if not is_field_group(r)] + rest + [r for r in named if is_field_group(r)] + groups
     table = table[[c for c in order if c in present]]
     table.columns.name = "key role"
     return table

@@ -27,7 +27,7 @@ import pandas as pd
 
 from anchorlens.analyses.keys import first_rows, mixed_radix
 from anchorlens.roles.kinds import INPUT_ROLES, Role
-from anchorlens.roles.table import GUIDANCE_NAMES
+from anchorlens.roles.table import GUIDANCE_NAMES, is_field_group
 
 COLUMNS: tuple[str, ...] = (
     "example",
@@ -210,8 +210,11 @@ def input_labels(df: pd.DataFrame) -> tuple[str, ...]:
 
 def input_labels_among(seen: Iterable[str]) -> tuple[str, ...]:
     """The input role labels among query role labels ``seen`` (in order of first appearance), built-ins first;
-    the built-in input roles when there are none."""
-    found = [r for r in seen if r not in POOLED_LABELS and r not in GUIDANCE_NAMES and "+" not in r]
+    the built-in input roles when there are none. Field groups (``content:<field>``) are parts of ``content``, not
+    roles: never among them (pooling them too would count content twice)."""
+    found = [
+        r for r in seen if r not in POOLED_LABELS and r not in GUIDANCE_NAMES and "+" not in r and not is_field_group(r)
+    ]
     if not found:
         return _BUILTIN_INPUTS
     builtins = [r for r in _BUILTIN_INPUTS if r in found]

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from anchorlens.analyses.decomposition import SINK
+from anchorlens.analyses.derived import FIELD_FLOW
 from anchorlens.analyses.frames import GUIDANCE, INPUT, NO_ROLE
+from anchorlens.roles.table import field_group
 
 
 @dataclass(frozen=True)
@@ -110,11 +112,35 @@ def role_mass_metric(role: str) -> HeadlineMetric:
     )
 
 
-def run_headline(added_roles: Sequence[str]) -> tuple[HeadlineMetric, ...]:
+def run_headline(added_roles: Sequence[str], fields: Sequence[str] = ()) -> tuple[HeadlineMetric, ...]:
     """The headline of a run whose role table adds ``added_roles`` to the built-ins: the decomposition gains one
-    row per added role (after the built-in parts, so the parts of a run still sum to 1), then the rest."""
+    row per added role (after the built-in parts, so the parts of a run still sum to 1), then the rest, then the
+    flow between the template's ``fields`` (:func:`field_metrics`; none for a task of one field)."""
     parts = DECOMPOSITION + tuple(role_mass_metric(r) for r in added_roles)
-    return parts + HEADLINE[len(DECOMPOSITION) :]
+    return parts + HEADLINE[len(DECOMPOSITION) :] + field_metrics(fields)
+
+
+def field_flow_metric(query_field: str, key_field: str) -> HeadlineMetric:
+    """Attention the content tokens of template field ``query_field`` put on those of ``key_field`` (the
+    ``field_flow`` rows of the groups ``content:<field>``, :func:`~anchorlens.analyses.derived.field_flow_rows`)."""
+    q, k = field_group(query_field), field_group(key_field)
+    return HeadlineMetric(
+        f"field_flow:{query_field}:{key_field}",
+        FIELD_FLOW,
+        q,
+        k,
+        f"{q} → {k}",
+        f"attention the {query_field} field's tokens put on the {key_field} field's tokens",
+    )
+
+
+def field_metrics(fields: Sequence[str]) -> tuple[HeadlineMetric, ...]:
+    """One :func:`field_flow_metric` per ordered pair of distinct template fields, later fields' queries first (in
+    a decoder they are the ones that can see the earlier fields; the reverse pairs are n/a, fixed by the mask)."""
+    order = list(dict.fromkeys(fields))
+    return tuple(
+        field_flow_metric(q, k) for i, q in reversed(list(enumerate(order))) for j, k in enumerate(order) if i != j
+    )
 
 
 def anchor_mass_metric(anchor: str) -> HeadlineMetric:
@@ -170,6 +196,8 @@ __all__ = [
     "anchor_mass_metric",
     "anchor_metrics",
     "anchor_structural_metric",
+    "field_flow_metric",
+    "field_metrics",
     "headline_metric",
     "role_mass_metric",
     "run_headline",

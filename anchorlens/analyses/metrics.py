@@ -154,7 +154,8 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
 def derived_metrics(df: pd.DataFrame, anchors: Sequence[RoleLike] = ("capsule",)) -> pd.DataFrame:
     """All derived metrics of a reducer frame: anchor_mass and anchor_structural per anchor,
     structural_attention and special_attention per query role, island_score, entropy pooled over
-    input and over guidance queries, guidance_absorption.
+    input and over guidance queries, guidance_absorption, and ``field_flow`` (the role_flow rows of the template's
+    field groups ``content:<field>``, :func:`~anchorlens.analyses.derived.field_flow_rows`).
 
     An anchor may be ``"first_token"`` (anchor_mass only). Metrics whose inputs are absent give no rows.
     """

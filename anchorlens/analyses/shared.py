@@ -5,7 +5,9 @@ so the reducers read the probabilities through a few shared reductions, each cac
 
 - :func:`column_mass`: each query's attention on a small set of *key columns*: the example's first valid
   key, its sink (first valid input key, see :func:`sink_index`), every valid key, the content keys, then the
-  key roles (R one-hot columns, R = the size of the run's role table, :data:`ROLE_START` onwards). First-token mass, role flow, the sink-aware decomposition and the entropies'
+  key roles (R one-hot columns, R = the size of the run's role table, :data:`ROLE_START` onwards, see
+  :func:`role_columns`), then the key field groups (F one-hot columns over the content keys of each template
+  field the table names, :func:`group_columns`; none when it names none). First-token mass, role flow, the sink-aware decomposition and the entropies'
   normalisers are all read from it: no gather over the probabilities. The reducers ask the capture for
   these columns (``key_columns``, :func:`columns_of_layout`); in fast mode it sums them in the same product
   as the output (``probs @ [V | columns]``, :attr:`AttentionEvent.key_sums`), otherwise one batched matmul
@@ -32,15 +34,36 @@ FIRST_KEY = 0  # column of the example's first valid key
 SINK_KEY = 1  # column of the example's first valid input key
 VALID_KEY = 2  # column of every valid key
 CONTENT_KEY = 3  # the content role's column again, next to VALID_KEY (so both are one slice)
-ROLE_START = 4  # the role one-hots: columns ROLE_START .. ROLE_START + R - 1
+ROLE_START = 4  # the role one-hots: columns ROLE_START .. ROLE_START + R - 1, then the F field-group one-hots
 PLOGP_COLUMNS = slice(VALID_KEY, CONTENT_KEY + 1)  # the key columns :func:`column_plogp` sums over
-ROLE_COLUMNS = slice(ROLE_START, None)
+ROLE_COLUMNS = slice(ROLE_START, None)  # the role one-hots, then the field groups' (:func:`role_columns`: roles only)
 _GUIDANCE_IDX = [int(r) for r in GUIDANCE_ROLES]
 
 
-def num_columns(num_roles: int) -> int:
-    """Number of key columns C for a run with ``num_roles`` roles."""
-    return ROLE_START + num_roles
+def num_columns(num_roles: int, num_fields: int = 0) -> int:
+    """Number of key columns C for a run with ``num_roles`` roles and ``num_fields`` field groups."""
+    return ROLE_START + num_roles + num_fields
+
+
+def role_columns(num_roles: int) -> slice:
+    """The key columns of the R role one-hots."""
+    return slice(ROLE_START, ROLE_START + num_roles)
+
+
+def group_columns(num_roles: int) -> slice:
+    """The key columns of the F field-group one-hots (after the R roles'; an empty slice without fields)."""
+    return slice(ROLE_START + num_roles, None)
+
+
+def field_onehot(
+    fields: torch.Tensor | None, valid: torch.Tensor, num_fields: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """[B, T, F] one-hot of the field groups ``fields`` ([B, T] long, -1 for none; None: no position has one),
+    zero where ``valid`` ([B, T] bool) is False."""
+    b, t = valid.shape
+    if fields is None or not num_fields:
+        return torch.zeros(b, t, num_fields, dtype=dtype, device=valid.device)
+    return role_onehot(fields.to(valid.device), valid, num_fields, dtype)
 
 
 _COLUMNS = IdentityCache()
@@ -83,10 +106,19 @@ def sink_index(key_roles: torch.Tensor, key_valid: torch.Tensor) -> tuple[torch.
     return ok.long().argmax(1), ok.any(1)
 
 
-def _columns(roles: torch.Tensor, valid: torch.Tensor, num_roles: int, dtype: torch.dtype) -> torch.Tensor:
+def _columns(
+    roles: torch.Tensor,
+    valid: torch.Tensor,
+    num_roles: int,
+    dtype: torch.dtype,
+    fields: torch.Tensor | None = None,
+    num_fields: int = 0,
+) -> torch.Tensor:
     """[B, K, C] key columns (0/1): first valid key, sink, every valid key, content keys, then the role one-hots of
-    valid keys."""
+    valid keys, then their field-group one-hots (``fields`` [B, K] long, -1 for none; F = ``num_fields`` columns)."""
     hot = role_onehot(roles, valid, num_roles, dtype)
+    if num_fields:
+        hot = torch.cat([hot, field_onehot(fields, valid, num_fields, dtype)], -1)
     b, k = roles.shape
     rows = torch.arange(b, device=roles.device)
     out = torch.zeros(b, k, 2, dtype=dtype, device=roles.device)
@@ -118,10 +150,10 @@ def _columns_of(layout: Layout, dev: torch.device, dtype: torch.dtype) -> tuple[
     k = layout.k
 
     def compute() -> tuple[torch.Tensor, torch.Tensor]:
-        every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), k.table.size, dtype)
+        every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), k.table.size, dtype, k.fields, len(k.table.fields))
         return every, every[..., PLOGP_COLUMNS].transpose(1, 2).contiguous()
 
-    return _COLUMNS.get((k.roles, k.valid, k.table, dev, dtype), compute)
+    return _COLUMNS.get((k.roles, k.valid, k.fields, k.table, dev, dtype), compute)
 
 
 def key_columns(event: AttentionEvent) -> torch.Tensor:
@@ -153,6 +185,23 @@ def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
 
         event.cache["q_hot"] = _QUERY_HOT.get((q.roles, q.valid, q.table, dev), compute)
     return event.cache["q_hot"]
+
+
+_FIELD_HOT = IdentityCache()
+
+
+def query_fields_transposed(event: AttentionEvent) -> torch.Tensor:
+    """[B, F, q] float64: one-hot of the event's query field groups, transposed (zero columns for padding queries and
+    for queries of no field group; F = 0 when the run's table names no fields), shared by the layers of a forward."""
+    if "q_fields" not in event.cache:
+        q, dev = event.layout.q, event.probs.device
+
+        def compute() -> torch.Tensor:
+            hot = field_onehot(q.fields, q.valid.to(dev).bool(), len(q.table.fields), torch.float64)
+            return hot.transpose(1, 2).contiguous()
+
+        event.cache["q_fields"] = _FIELD_HOT.get((q.roles, q.valid, q.fields, q.table, dev), compute)
+    return event.cache["q_fields"]
 
 
 def _per_column(values: torch.Tensor, columns: torch.Tensor) -> torch.Tensor:
@@ -216,7 +265,8 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
     Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
         seen = event.visible.to(event.probs.device).to(event.probs.dtype)  # [B|1, H|1, q, K]
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[:, None, :, ROLE_COLUMNS])
+        roles = role_columns(event.layout.k.table.size)
+        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[:, None, :, roles])
     return event.cache["visible_key_counts"]
 
 

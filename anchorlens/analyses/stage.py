@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from anchorlens.analyses.shared import live_queries, query_hot_transposed
+from anchorlens.analyses.shared import live_queries, query_fields_transposed, query_hot_transposed
 from anchorlens.analyses.table import SiteKey
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache, identity_key, same_tensors
@@ -50,6 +50,7 @@ class QueryStage:
         self.example_ids = event.example_ids
         self.heads = event.heads
         self.query_hot_t = query_hot_transposed(event)
+        self.query_fields_t = query_fields_transposed(event)  # [B, F, q]: the field groups' one-hot (F may be 0)
         self.live = live_queries(event)
         self.constants = constants
         self.shared: dict = {}
@@ -97,6 +98,22 @@ class QueryStage:
         hot = self.query_hot_t.to(values.dtype)[:, None]  # [B, 1, R, q]
         sums = torch.matmul(hot, values.nan_to_num_().view(b, h, q, slots * f))  # [B, H, R, L·F']: one product
         return sums.to(torch.float64).view(b, h, -1, slots, f).permute(3, 0, 1, 2, 4)
+
+    def field_sums(self, values: torch.Tensor) -> torch.Tensor:
+        """:meth:`role_sums` over the valid queries of each field group: [B, H, q, L, F'] -> [L, B, H, F, F'] float64
+        (F = 0 when the run names no fields). Reads ``values`` only (NaN rows of padding queries weigh 0)."""
+        b, h, q, slots, f = values.shape
+        hot = self.query_fields_t.to(values.dtype)[:, None]  # [B, 1, F, q]
+        sums = torch.matmul(hot, values.nan_to_num().view(b, h, q, slots * f))  # [B, H, F, L·F']
+        return sums.to(torch.float64).view(b, h, -1, slots, f).permute(3, 0, 1, 2, 4)
+
+    def field_query_counts(self) -> torch.Tensor:
+        """[1, B, 1, F] float64: :meth:`query_counts` of the field groups."""
+        return self.query_fields_t.sum(-1)[None, :, None, :]
+
+    def field_live_counts(self) -> torch.Tensor:
+        """[1, B, H|1, F] float64: :meth:`live_counts` of the field groups."""
+        return torch.matmul(self.query_fields_t[:, None], self.live.unsqueeze(-1)).squeeze(-1)[None]
 
     def query_counts(self) -> torch.Tensor:
         """[1, B, 1, R] float64: valid queries of each role in the chunk (broadcasts over slots and heads), empty

@@ -28,7 +28,7 @@ from anchorlens.analyses.base import SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, long_rows
-from anchorlens.analyses.shared import FIRST_KEY, ROLE_START, SINK_KEY, VALID_KEY, key_columns
+from anchorlens.analyses.shared import FIRST_KEY, SINK_KEY, VALID_KEY, key_columns, role_columns
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.errors import UsageError
@@ -70,7 +70,8 @@ class ValueMassReducer(SiteReducer):
         probs = event.probs
         b, h, q, k = probs.shape
         columns = key_columns(event)  # [B, K', C]
-        parts = [*range(ROLE_START, columns.shape[-1]), FIRST_KEY, SINK_KEY, VALID_KEY]
+        roles = role_columns(self.num_roles)  # the role one-hots (not the field groups after them)
+        parts = [*range(roles.start, roles.stop), FIRST_KEY, SINK_KEY, VALID_KEY]
         weighted = event.value_norms[..., :k, None].to(probs.dtype) * columns[:, None, :, parts]  # [B, H, K', P+1]
         mass = torch.matmul(probs, weighted)  # [B, H, q, P + 1]: one pass over the probabilities
         total = mass[..., -1:]

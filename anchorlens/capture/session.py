@@ -17,7 +17,7 @@ from anchorlens.capture.identity import IdentityCache
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.engine.context import observing
-from anchorlens.roles.layout import Layout, LayoutProvider, SequenceRoles
+from anchorlens.roles.layout import Layout, LayoutProvider
 
 
 class Sink(Protocol):
@@ -173,7 +173,7 @@ class CaptureSession:
         q = layout.q
         return self.shared.get(
             ("query_slice", q.roles, q.valid, layout.k.roles, layout.k.valid, start, stop),
-            lambda: Layout(SequenceRoles(q.roles[:, start:stop], q.valid[:, start:stop], q.table), layout.k),
+            lambda: Layout(q.slice(start, stop), layout.k),
         )
 
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

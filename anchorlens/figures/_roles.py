@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 import seaborn as sns
 
 from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
+from anchorlens.roles.table import is_field_group
 
 _CB = sns.color_palette("colorblind").as_hex()
 BUILTIN_COLORS: dict[str, str] = {
@@ -51,13 +52,16 @@ def role_name(role: object) -> str:
 
 
 def ordered_roles(names: Iterable[object]) -> list[str]:
-    """The distinct role names of ``names``: built-ins in canonical order, then the others as first seen."""
+    """The distinct role names of ``names``: built-ins in canonical order, then the others as first seen, then the
+    field groups (``content:<field>``, parts of ``content``) as first seen."""
     seen = [n for n in dict.fromkeys(role_name(r) for r in names) if n != ""]
-    return [r for r in BUILTIN_ORDER if r in seen] + [r for r in seen if r not in BUILTIN_COLORS]
+    others = [r for r in seen if r not in BUILTIN_COLORS and not is_field_group(r)]
+    return [r for r in BUILTIN_ORDER if r in seen] + others + [r for r in seen if is_field_group(r)]
 
 
 def role_palette(names: Iterable[object]) -> dict[str, str]:
-    """A colour per role of ``names`` (in :func:`ordered_roles` order): fixed for built-ins, fallback for others."""
+    """A colour per role of ``names`` (in :func:`ordered_roles` order): fixed for built-ins, content's for its field
+    groups (``content:<field>``: parts of it), fallback for others."""
     palette: dict[str, str] = {}
     extra = 0
     for name in ordered_roles(names):
@@ -65,6 +69,8 @@ def role_palette(names: Iterable[object]) -> dict[str, str]:
             palette[name] = BUILTIN_COLORS[name]
         elif name in POOLED_COLORS:
             palette[name] = POOLED_COLORS[name]
+        elif is_field_group(name):
+            palette[name] = BUILTIN_COLORS[Role.CONTENT.label]
         else:
             palette[name] = FALLBACK_COLORS[extra % len(FALLBACK_COLORS)]
             extra += 1
@@ -76,6 +82,8 @@ def role_color(role: object, palette: dict[str, str] | None = None) -> str:
     name = role_name(role)
     if palette and name in palette:
         return palette[name]
+    if is_field_group(name):
+        return BUILTIN_COLORS[Role.CONTENT.label]
     return BUILTIN_COLORS.get(name) or POOLED_COLORS.get(name) or UNKNOWN_COLOR
 
 

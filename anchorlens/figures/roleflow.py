@@ -2,7 +2,9 @@
 
 Rows and columns are the roles the run has (names and order from the frame, so a task's own roles
 appear as they are); a role no checkpoint has is not drawn, and a role one checkpoint lacks reads
-``n/a`` there, never 0.00.
+``n/a`` there, never 0.00. The template's field groups (``content:<field>``) follow the roles, past a
+line: they split ``content`` (a row's field-group cells sum to its content cell), so a row sums to 1 over the
+roles only.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib import colors as mcolors
+from matplotlib.axes import Axes
 from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -34,6 +37,7 @@ from anchorlens.figures._style import (
     wrap_to,
 )
 from anchorlens.figures._ticks import nice_range, set_colorbar_ticks
+from anchorlens.roles.table import is_field_group
 
 NA_TEXT = "n/a"
 ABSENT_REASON = "the checkpoint has no such role"
@@ -76,6 +80,14 @@ def absent_roles_blank(rows: pd.DataFrame, col: str, q_order: list[str], k_order
     table.loc[:, [k for k in k_order if k not in present]] = np.nan
     table.loc[[q for q in q_order if q not in present], :] = np.nan
     return table
+
+
+def _field_lines(ax: Axes, q_order: list[str], k_order: list[str]) -> None:
+    """A line before the first field-group row and column (``content:<field>``: parts of content, not roles)."""
+    for order, draw in ((q_order, ax.axhline), (k_order, ax.axvline)):
+        first = next((i for i, r in enumerate(order) if is_field_group(r)), None)
+        if first:
+            draw(first, color="0.2", lw=1.2, gid="field-groups")
 
 
 @sized
@@ -161,6 +173,7 @@ def role_flow_heatmaps(
                 )
             )
             ax.text(c + 0.5, r + 0.5, NA_TEXT, ha="center", va="center", fontsize=fonts().note, color="0.25", gid="n/a")
+        _field_lines(ax, q_order, k_order)
         first_col, last_row = i % cols == 0, i + cols >= len(names)
         ax.set_title(
             wrap_to(str(name), fig.get_figwidth() / cols - 0.3) if is_print() else str(name), fontsize=fonts().panel

@@ -53,9 +53,7 @@ def splice_sequence(seq: SequenceRoles, guidances: list[Guidance], input_side: b
         n = g.count()
         index = (g.position if input_side else _FIRST).resolve(seq)
         step = Splice.insert(index, n, seq.roles.shape[1])
-        roles = torch.full((seq.roles.shape[0], n), int(g.role), dtype=seq.roles.dtype, device=seq.roles.device)
-        ones = torch.ones((seq.roles.shape[0], n), dtype=torch.bool, device=seq.roles.device)
-        seq = SequenceRoles(step.apply(seq.roles, roles), step.apply(seq.valid.bool(), ones), seq.table)
+        seq = seq.spliced(step.apply, int(g.role), n)  # roles, validity and field groups alike
         start = 0 if total is None else total.num_slots
         owners.append((g, start, start + n))
         total = step if total is None else total.then(step)

@@ -238,6 +238,21 @@ class Inspection:
             self._frame = metrics_frame(reducers, anchors=self.model.anchors())
         return self._frame.copy() if per_head else average_heads(self._frame)
 
+    def field_flow(self) -> pd.DataFrame:
+        """[field group x key group] mean attention mass the content tokens of each template field (``content:<field>``
+        rows) put on the keys of every role and field group (columns), averaged over layers and heads; cells the mask
+        fixes are NaN. Empty when the task's template has no fields."""
+        groups = list(self.prompts.roles.group_names)
+        columns = [*self.prompts.roles.names, *groups]
+        frame = self.metrics()
+        flow = frame[(frame["metric"] == "role_flow") & frame["query_role"].isin(groups)]
+        if flow.empty:
+            return pd.DataFrame(index=pd.Index([], name="query group"), columns=pd.Index([], name="key group"))
+        table = flow.groupby(["query_role", "key_role"], observed=True)["value"].mean().unstack("key_role")
+        table = table.reindex(index=[g for g in groups if g in table.index], columns=[c for c in columns if c in table])
+        table.index.name, table.columns.name = "query group", "key group"
+        return table
+
     def _evidence_rows(self, reducer: str, prefixes: tuple[str, ...]) -> pd.DataFrame:
         """Per-head rows of one evidence reducer; UsageError naming the fix when it did not run."""
         if reducer not in self.evidence:
@@ -311,12 +326,18 @@ class Inspection:
         return (
             f"Inspection of {self.checkpoint} (task {self.prompts.task.name}, {stack} stack)\n"
             f"  roles: {', '.join(self.prompts.roles.names)}\n"
-            f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
+            + (
+                f"  field groups (parts of content): {', '.join(self.prompts.roles.group_names)}\n"
+                if self.prompts.roles.fields
+                else ""
+            )
+            + f"  {len(sm.q_tokens)} query x {len(sm.k_tokens)} key tokens, "
             f"{len(sm.layers)} layers x {len(sm.heads)} heads captured\n"
             f"  top anchors (mean attention received): {anchors}\n"
             f"  exactness: {self.certificate.summary() if self.certificate else 'not certified'}\n"
             + "".join(f"{line}\n" for line in self._evidence_lines())
             + f"  .plot(layer=, head=, scale=)  .metrics()  .maps['{stack}'].probs [L, H, Q, K]"
+            + ("  .field_flow()" if self.prompts.roles.fields else "")
             + ("  .value_mass  .sink_battery  .evidence_table()" if self.evidence else "")
         )
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from anchorlens.roles.kinds import Role
 from anchorlens.roles.layout import SequenceRoles
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
@@ -42,8 +43,20 @@ class Encoded:
         return int(self.input_ids.shape[0])
 
     def input_sequence(self) -> SequenceRoles:
-        """Roles and validity of the input positions."""
-        return SequenceRoles(self.roles, self.attention_mask.bool(), self.role_table)
+        """Roles, validity and field groups of the input positions (:meth:`field_ids`)."""
+        return SequenceRoles(self.roles, self.attention_mask.bool(), self.role_table, self.field_ids())
+
+    def field_ids(self) -> torch.Tensor | None:
+        """[B, T] long: each content token's field among ``role_table.fields`` (-1 for every other position and for
+        fields the table does not list); None when the table names no fields."""
+        names = self.role_table.fields
+        if not names:
+            return None
+        index = {name: i for i, name in enumerate(names)}
+        ids = torch.tensor(
+            [[index.get(f, -1) for f in row] for row in self.fields], dtype=torch.long, device=self.roles.device
+        ).reshape(self.roles.shape)
+        return torch.where(self.roles == int(Role.CONTENT), ids, torch.full_like(ids, -1))
 
     def target_sequence(self) -> SequenceRoles | None:
         """Roles and validity of the decoder-side positions, when there are any."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -15,11 +16,14 @@ class SequenceRoles:
     """Roles of one batch of sequences.
 
     roles: [B, T] long (ids of ``table``); valid: [B, T] bool (False for padding); table: the run's roles.
+    fields: [B, T] long or None: the field group of each position (index into ``table.fields``; -1 for every
+    position that is not a content token filled from one of them); None when the sequence has no field groups.
     """
 
     roles: torch.Tensor
     valid: torch.Tensor
     table: RoleTable = BUILTIN_ROLES
+    fields: torch.Tensor | None = None
 
     def insert(self, index: torch.Tensor, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` before per-example ``index`` ([B] long)."""
@@ -32,7 +36,28 @@ class SequenceRoles:
         src = torch.where(pos < start, pos, pos - count).clamp(0, t - 1)
         roles = torch.where(inserted, torch.full_like(pos, int(role)), self.roles.gather(1, src))
         valid = torch.where(inserted, torch.ones_like(inserted), self.valid.gather(1, src))
-        return SequenceRoles(roles, valid, self.table)
+        fields = None
+        if self.fields is not None:
+            fields = torch.where(inserted, torch.full_like(pos, -1), self.fields.to(device).gather(1, src))
+        return SequenceRoles(roles, valid, self.table, fields)
+
+    def slice(self, start: int, stop: int) -> SequenceRoles:
+        """Positions ``start:stop`` of every example (roles, validity and field groups alike)."""
+        fields = None if self.fields is None else self.fields[:, start:stop]
+        return SequenceRoles(self.roles[:, start:stop], self.valid[:, start:stop], self.table, fields)
+
+    def spliced(
+        self, apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], role: int, count: int
+    ) -> SequenceRoles:
+        """The sequence after ``apply(tensor, inserted)`` puts ``count`` new valid positions of ``role`` into every
+        [B, T] tensor (``inserted``: [B, count], the new positions' values; their field group is -1)."""
+        b, dev = self.roles.shape[0], self.roles.device
+        roles = torch.full((b, count), int(role), dtype=self.roles.dtype, device=dev)
+        ones = torch.ones((b, count), dtype=torch.bool, device=dev)
+        fields = None
+        if self.fields is not None:
+            fields = apply(self.fields, torch.full((b, count), -1, dtype=self.fields.dtype, device=self.fields.device))
+        return SequenceRoles(apply(self.roles, roles), apply(self.valid.bool(), ones), self.table, fields)
 
     def prepend(self, role: int, count: int) -> SequenceRoles:
         """Insert ``count`` valid positions of ``role`` at index 0 of every example."""

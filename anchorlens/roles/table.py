@@ -9,6 +9,11 @@ only the built-in ``soft_prompt``, ``instance`` and ``capsule`` are guidance.
 
 Statistics, frames and figures take their role names from the table (or from the frame's labels), never from
 a fixed list; runs record their table in ``manifest.json`` (:meth:`RoleTable.to_json`).
+
+Fields are groups too: a table may name the task's template ``fields`` (``premise``, ``hypothesis``); the content
+tokens filled from field ``f`` then also form the *field group* ``content:f`` (:func:`field_group`). Field groups
+are a finer partition of the ``content`` role, never roles of their own: a token's role id stays ``content``, and
+the analyses report the groups next to the roles (their masses sum to the content mass).
 """
 
 from __future__ import annotations
@@ -23,6 +28,17 @@ from anchorlens.roles.kinds import GUIDANCE_ROLES, ROLE_NAMES, Role
 ROLE_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 RESERVED_LABELS: frozenset[str] = frozenset({"all", "input", "guidance", "sink", "first_token", "none"})
 GUIDANCE_NAMES: frozenset[str] = frozenset(r.label for r in GUIDANCE_ROLES)
+FIELD_GROUP_PREFIX = Role.CONTENT.label + ":"
+
+
+def field_group(field: str) -> str:
+    """Label of the group of content tokens filled from template field ``field``: ``content:<field>``."""
+    return FIELD_GROUP_PREFIX + field
+
+
+def is_field_group(label: object) -> bool:
+    """Whether ``label`` names a field group (``content:<field>``), a part of the content role, not a role."""
+    return isinstance(label, str) and label.startswith(FIELD_GROUP_PREFIX)
 
 
 def check_role_name(name: object) -> str:
@@ -41,11 +57,13 @@ class RoleTable:
     """Ordered role names of one run; a role's id in role tensors is its index (the built-ins first, as ``Role``).
 
     ``descriptions`` maps a role a task added to where it comes from (``"chat template"``, a rule...), for the
-    manifest and ``anchorlens tasks``.
+    manifest and ``anchorlens tasks``. ``fields``: the task's template fields, whose content tokens form the field
+    groups ``content:<field>`` (:attr:`group_names`; ids 0..F-1 in a sequence's ``fields`` tensor).
     """
 
     names: tuple[str, ...] = ROLE_NAMES
     descriptions: tuple[tuple[str, str], ...] = ()
+    fields: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         """Check the built-in prefix, the names and their uniqueness."""
@@ -59,6 +77,10 @@ class RoleTable:
             check_role_name(name)
         if len(set(names)) != len(names):
             raise ValueError(f"role names repeat in {names}")
+        fields = tuple(str(f) for f in self.fields)
+        object.__setattr__(self, "fields", fields)
+        if len(set(fields)) != len(fields) or not all(fields):
+            raise ValueError(f"field names must be distinct and non-empty, got {fields}")
 
     @classmethod
     def with_roles(cls, extra: Iterable[str], descriptions: Mapping[str, str] | None = None) -> RoleTable:
@@ -73,7 +95,22 @@ class RoleTable:
     def extend(self, extra: Iterable[str], descriptions: Mapping[str, str] | None = None) -> RoleTable:
         """This table with ``extra`` roles appended (existing ones kept where they are)."""
         about = {**dict(self.descriptions), **(descriptions or {})}
-        return RoleTable.with_roles([*self.extra, *extra], about)
+        return RoleTable.with_roles([*self.extra, *extra], about).with_fields(self.fields)
+
+    def with_fields(self, fields: Iterable[str]) -> RoleTable:
+        """This table with template ``fields`` (repeats and empty names skipped, order kept) as its field groups; a
+        single field gives none (its group would be the ``content`` role itself, every row twice)."""
+        names = tuple(dict.fromkeys(str(f) for f in fields if str(f)))
+        return RoleTable(self.names, self.descriptions, names if len(names) > 1 else ())
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """Labels of the field groups (``content:<field>``), in field order (empty without fields)."""
+        return tuple(field_group(f) for f in self.fields)
+
+    def field_id(self, field: str) -> int:
+        """Index of a template field among :attr:`fields` (-1 when the table does not list it)."""
+        return self.fields.index(field) if field in self.fields else -1
 
     @property
     def size(self) -> int:
@@ -128,23 +165,28 @@ class RoleTable:
         return tuple(self.names[i] for i in self.guidance_ids)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"names": [...], "guidance": [...], "added": {name: where it comes from}}`` for manifests."""
-        return {
+        """``{"names": [...], "guidance": [...], "added": {name: where it comes from}}`` for manifests (and
+        ``"fields": [...]`` when the table has field groups)."""
+        out: dict[str, Any] = {
             "names": list(self.names),
             "guidance": list(self.guidance_names),
             "added": {name: dict(self.descriptions).get(name, "") for name in self.extra},
         }
+        if self.fields:
+            out["fields"] = list(self.fields)
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RoleTable:
         """Inverse of :meth:`to_json`."""
         added = dict(data.get("added") or {})
-        return cls(tuple(data["names"]), tuple((k, str(v)) for k, v in added.items() if v))
+        fields = tuple(str(f) for f in data.get("fields") or ())
+        return cls(tuple(data["names"]), tuple((k, str(v)) for k, v in added.items() if v), fields)
 
 
 BUILTIN_ROLES = RoleTable()
 
 
 def same_table(a: RoleTable, b: RoleTable) -> bool:
-    """Whether two tables give every role the same id (descriptions aside)."""
-    return a.names == b.names
+    """Whether two tables give every role and field group the same id (descriptions aside)."""
+    return a.names == b.names and a.fields == b.fields

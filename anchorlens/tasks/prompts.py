@@ -164,7 +164,7 @@ def role_scheme(task: Task, chat: bool, shots: int, add_special_tokens: bool = T
     about = {r: ROLE_SOURCES[r] for r in added}
     about.update({r: f"task {task.name}" for r in task.roles})  # the task's own word wins (its template's scaffold)
     extra = [*task.roles, *added]
-    table = RoleTable.with_roles(extra, about)
+    table = RoleTable.with_roles(extra, about).with_fields(task.template.fields)  # fields are groups too
     return RoleScheme(table, task.rules, add_special_tokens=add_special_tokens)
 
 

@@ -221,7 +221,8 @@ def compare(
     names = list(models)
     evidence_anchors = {name: [a for a in models[name].anchors() if a != "first_token"] for name in names}
     anchors = dict.fromkeys(a for own in evidence_anchors.values() for a in own)  # every checkpoint's, in order
-    added = run_headline(prompts.roles.extra)  # the run's own roles (scaffold, system, demo...) in the decomposition
+    # the run's own roles (scaffold, system, demo...) in the decomposition, then the flow between its template fields
+    added = run_headline(prompts.roles.extra, prompts.roles.fields)
     with Summaries(
         len(rows),
         added + tuple(m for a in anchors for m in anchor_metrics(a)),

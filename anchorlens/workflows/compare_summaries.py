@@ -35,7 +35,15 @@ from anchorlens.heap import release_free_memory
 from anchorlens.workflows.metrics_file import read_metrics
 
 # metrics compared per layer and head (paired.csv); the headline rows come from analyses.headline
-PAIRED_METRICS = ("decomposition", "guidance_absorption", "entropy", "island_score", "anchor_mass", "anchor_structural")
+PAIRED_METRICS = (
+    "decomposition",
+    "guidance_absorption",
+    "entropy",
+    "island_score",
+    "anchor_mass",
+    "anchor_structural",
+    "field_flow",  # role flow to and from the template's fields (content:<field>), BH within its own family
+)
 CURVES = (SINK_MASS, GUIDANCE_MASS, STRUCTURAL_MASS, INPUT_ENTROPY)  # the layer-curves figure
 CELL = paired_cell(ROW_KEYS)  # metric, stack, layer, head, query_role, key_role
 CHUNKED_KEY = b"anchorlens.row_groups_are_chunks"

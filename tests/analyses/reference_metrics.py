@@ -214,6 +214,7 @@ def _present_keys(df: pd.DataFrame) -> pd.DataFrame:
 # role_flow rows (the bulk of a frame) are left as measured: the derived metrics above carry the flags.
 _FLOW_METRICS = (
     "role_flow",
+    "field_flow",
     "anchor_mass",
     "anchor_structural",
     "island_score",
@@ -272,6 +273,15 @@ def mark_fixed(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def field_flow(df: pd.DataFrame) -> pd.DataFrame:
+    """``role_flow`` rows with a field group (``content:<field>``) as query or key role, as metric ``field_flow``."""
+    flow = df[df["metric"] == "role_flow"]
+    group = flow["query_role"].astype(str).str.startswith("content:") | flow["key_role"].astype(str).str.startswith(
+        "content:"
+    )
+    return conform(flow[group].assign(metric="field_flow"))
+
+
 def derived_metrics(df: pd.DataFrame, anchors: Sequence[RoleLike] = ("capsule",)) -> pd.DataFrame:
     """All derived metrics of a reducer frame: anchor_mass and anchor_structural per anchor,
     structural_attention and special_attention per query role, island_score, entropy pooled over
@@ -287,5 +297,5 @@ def derived_metrics(df: pd.DataFrame, anchors: Sequence[RoleLike] = ("capsule",)
         parts.append(anchor_mass(df, anchor))
         if not (isinstance(anchor, str) and anchor == FIRST_TOKEN):
             parts.append(anchor_structural(df, anchor))
-    parts += [structural_attention(df), special_attention(df), island_score(df), entropy, absorption]
+    parts += [structural_attention(df), special_attention(df), island_score(df), entropy, absorption, field_flow(df)]
     return concat_frames(parts)
