@@ -77,8 +77,12 @@ def check_device(device: object) -> str | None:
     elif parsed.type == "meta":
         raise UsageError(f"device {device!r} holds no data, so nothing can be measured on it; use {FORMS}")
     else:
-        backend = getattr(torch, parsed.type, None)
+        backend = getattr(torch, parsed.type, None)  # torch.xpu ... (an accelerator torch runs models on)
         available = getattr(backend, "is_available", None)
-        if callable(available) and not available():
+        if not callable(available):  # xla, vulkan, ...: torch names the type but runs no model on it here
+            raise UsageError(
+                f"device {device!r} is not supported (this torch has no {parsed.type} backend); use {FORMS}"
+            )
+        if not available():
             raise UsageError(f"device {device!r} is not available on this machine; use --device cpu")
     return text

@@ -20,6 +20,7 @@ import dataclasses
 import functools
 import inspect
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -610,6 +611,12 @@ def input_file(path: str | Path, flag: str) -> Path:
     """``path`` if it is a readable file; else one line naming the flag, the path and why (missing, a directory...)."""
     path = Path(path).expanduser()
     with os_errors(path, f"cannot read {flag}"):
+        mode = path.stat().st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # opening a FIFO would wait for a writer forever
+            raise UsageError(
+                f"cannot read {flag} {path}: not a regular file (a named pipe or a device); write it to a file and "
+                "pass that"
+            )
         with open(path, "rb"):
             pass
     return path

@@ -34,7 +34,7 @@ example's first valid key) or ``pos=N`` (its N-th valid key, 0-based; negative c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -59,12 +59,16 @@ _FIRST = "first"
 _POS = "pos="
 
 
-def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
-    """``"all"`` -> None; ``"10-20"`` / ``"0/3/5-7"`` -> sorted unique indices (ranges inclusive, ``/`` joins)."""
+_MOST_INDICES = 1 << 16  # more layers or heads than any model has: a longer list is refused before it is built
+
+
+def parse_index_ranges(text: str, what: str) -> tuple[tuple[int, int], ...] | None:
+    """``"all"`` -> None; ``"10-20"`` / ``"0/3/5-7"`` -> the inclusive ranges as written (``((10, 20),)``), checked
+    for syntax and order but not expanded, so ``0-1000000000`` costs nothing until it is checked against a model."""
     text = text.strip().lower()
     if text in ("", _ALL):
         return None
-    out: set[int] = set()
+    out: list[tuple[int, int]] = []
     for part in text.split("/"):
         lo, dash, hi = part.strip().partition("-")
         try:
@@ -75,8 +79,28 @@ def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
             ) from None
         if last < first:
             raise UsageError(f"knockout: {what}={part} is a reversed range; write {last}-{first}")
-        out.update(range(first, last + 1))
-    return tuple(sorted(out))
+        out.append((first, last))
+    return tuple(out)
+
+
+def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
+    """``"all"`` -> None; ``"10-20"`` / ``"0/3/5-7"`` -> sorted unique indices (ranges inclusive, ``/`` joins).
+
+    A list of more indices than any model has layers or heads is refused before it is built."""
+    ranges = parse_index_ranges(text, what)
+    if ranges is None:
+        return None
+    if sum(last - first + 1 for first, last in ranges) > _MOST_INDICES:
+        raise UsageError(
+            f"knockout: {what}={text.strip()} names more {what} than any model has; give indices within the model's "
+            f"{what}"
+        )
+    return tuple(sorted({i for first, last in ranges for i in range(first, last + 1)}))
+
+
+def _span(first: int, last: int) -> str:
+    """A range as written (``0-1000000000``, ``5``)."""
+    return str(first) if first == last else f"{first}-{last}"
 
 
 def _nth_valid(valid: torch.Tensor, n: int) -> torch.Tensor:
@@ -121,8 +145,8 @@ class KnockoutConfig(MethodConfig):
                 value = value.replace("-", "_")
             object.__setattr__(self, name, value)
         super().__post_init__()
-        parse_index_list(self.layers, "layers")
-        parse_index_list(self.heads, "heads")
+        parse_index_ranges(self.layers, "layers")  # syntax only: the bounds are the model's (``bind``)
+        parse_index_ranges(self.heads, "heads")
         self.key_position()
 
     def to_spec(self) -> str:
@@ -191,20 +215,38 @@ class Knockout(Guidance):
         self.stacks = tuple(adapter.stacks())
         self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
         most = max(self.layers.values())
-        layers = self.config.layer_indices()
-        if layers is not None and (layers[0] < 0 or layers[-1] >= most):
-            raise UsageError(
-                f"{self.describe()}: layers={self.config.layers} is outside the model; {base.spec} has {most} layers "
-                f"(0..{most - 1})"
-            )
+        for first, last in parse_index_ranges(self.config.layers, "layers") or ():  # checked before any is built
+            if first < 0 or last >= most:
+                raise UsageError(
+                    f"{self.describe()}: layers {_span(first, last)} is outside the model; {base.spec} has {most} "
+                    f"layers (0-{most - 1})"
+                )
         self.num_heads = int(base.num_heads)
-        heads = self.config.head_indices()
-        if heads is not None and (heads[0] < 0 or heads[-1] >= self.num_heads):
-            raise UsageError(
-                f"{self.describe()}: heads={self.config.heads} is outside the model; {base.spec} has "
-                f"{self.num_heads} heads per layer (0..{self.num_heads - 1})"
-            )
+        for first, last in parse_index_ranges(self.config.heads, "heads") or ():
+            if first < 0 or last >= self.num_heads:
+                raise UsageError(
+                    f"{self.describe()}: heads {_span(first, last)} is outside the model; {base.spec} has "
+                    f"{self.num_heads} heads per layer (0-{self.num_heads - 1})"
+                )
         self.bound = True
+
+    def check_reach(self, lengths: Sequence[int], inserted: int = 0) -> None:
+        """UsageError (one line) when ``keys=pos=N`` lies beyond every input of the run, so that the knockout would
+        remove no key at all: ``lengths`` are the run's inputs' token counts (as encoded, truncation included),
+        ``inserted`` the most positions the model's guidances add to a sequence. A position some input may reach
+        passes (the knockout then acts on the inputs long enough)."""
+        n = self.config.key_position()
+        if n is None or not len(lengths):
+            return
+        longest = max(int(x) for x in lengths)
+        reach = longest + max(int(inserted), 0)  # the most keys any example can have
+        if (n >= reach) if n >= 0 else (-n > reach):
+            extra = f", {reach} keys with the {inserted} inserted positions" if inserted > 0 else ""
+            fix = f"N < {reach}" if n >= 0 else f"N >= -{reach}"
+            raise UsageError(
+                f"{self.describe()} removes no key in any of the {len(lengths):,} inputs (longest {longest:,} "
+                f"tokens{extra}); choose keys=pos=N with {fix}, or first"
+            )
 
     def check_roles(self, table: RoleTable | None, inserted: tuple[str, ...]) -> None:
         """UsageError (one line) when a role the knockout names is a guidance role no guidance of the model inserts

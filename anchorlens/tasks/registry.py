@@ -62,7 +62,7 @@ TASKS: Mapping[str, Task] = _BuiltinTasks()
 
 def is_task_path(name: str) -> bool:
     """Whether ``name`` names a task file (by its suffix or because it exists as a file)."""
-    return name.lower().endswith(TASK_FILE_SUFFIXES + HARNESS_SUFFIXES) or ("/" in name and Path(name).is_file())
+    return name.lower().endswith(TASK_FILE_SUFFIXES + HARNESS_SUFFIXES) or ("/" in name and Path(name).exists())
 
 
 def get_task(name: str | Path | Task) -> Task:
@@ -75,6 +75,13 @@ def get_task(name: str | Path | Task) -> Task:
     text = str(name).strip()
     if isinstance(name, Path) or is_task_path(text):
         path = Path(text)
+        if path.is_dir():
+            raise DataError(
+                f"task file {path} is a directory; pass the .toml task file (or harness .yaml) inside it, or a "
+                "built-in task name"
+            )
+        if path.exists() and not path.is_file():  # a FIFO or a device would block or never end
+            raise DataError(f"task file {path} is not a regular file; pass a .toml task file or a built-in task name")
         if not path.is_file():
             raise DataError(f"task file {path} does not exist; pass a .toml task file or a built-in task name")
         if path.suffix.lower() in HARNESS_SUFFIXES:

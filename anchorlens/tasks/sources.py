@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ class OpenedData:
 def _json_array(path: Path) -> bool:
     """Whether a JSON file holds one array (``[{...}, {...}]``) rather than one object per line."""
     try:
+        if not path.is_file():  # a FIFO would block the read
+            return False
         with path.open("rb") as fh:
             head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
     except OSError:
@@ -130,6 +133,12 @@ def _open_file(source: DataSource) -> tuple[Any, str]:
     with os_errors(path, "cannot read --data"):
         if path.is_dir():
             raise IsADirectoryError(21, "Is a directory", str(path))
+        mode = path.stat().st_mode
+    if not stat.S_ISREG(mode):  # a FIFO would block the read forever, a device never end
+        raise DataError(
+            f"cannot read --data {path}: not a regular file ({_file_kind(mode)}); write the data to a file and pass "
+            "that"
+        )
     digest = file_digest(path, "cannot read --data")
     if source.format in ("json", "csv", "text"):
         _check_text_file(path, source.format)
@@ -150,15 +159,29 @@ def _open_file(source: DataSource) -> tuple[Any, str]:
     return table, digest
 
 
+def _file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words."""
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a file"
+
+
 def _check_parquet_columns(path: Path) -> None:
-    """A parquet file's column names are unique (the reader fails on a repeated one without naming it); a file
-    that is not parquet is left to the reader's own error."""
+    """A parquet file has rows (the reader fails on none, saying nothing useful) and unique column names (it fails on
+    a repeated one without naming it); a file that is not parquet is left to the reader's own error."""
     import pyarrow.parquet as pq
 
     try:
-        names = pq.read_schema(path).names
+        meta = pq.read_metadata(path)
     except Exception:  # noqa: BLE001 - not parquet: the reader says so
         return
+    if meta.num_rows == 0:
+        raise DataError(f"{path}: no examples (the parquet file has no rows)")
+    names = meta.schema.to_arrow_schema().names
     repeated = sorted({name for name in names if names.count(name) > 1})
     if repeated:
         raise DataError(
@@ -221,8 +244,11 @@ def _check_csv_rows(path: Path, sep: str) -> list[str] | None:
     csv.field_size_limit(2**31 - 1)  # documents longer than csv's default 128 KiB field
     try:
         with os_errors(path, "cannot read --data"), path.open(newline="", encoding="utf-8-sig") as fh:
-            reader = csv.reader(fh, delimiter=sep)
-            header = next((r for r in reader if r), None)
+            reader = csv.reader(fh, delimiter=sep, strict=True)
+            try:
+                header = next((r for r in reader if r), None)
+            except csv.Error as err:
+                raise DataError(_bad_quote(path, 0, 1, err)) from None
             if header is None:
                 return None
             repeated = sorted({name for name in header if name and header.count(name) > 1})
@@ -231,11 +257,23 @@ def _check_csv_rows(path: Path, sep: str) -> list[str] | None:
                     f"{path}: the header names column {repeated[0]!r} {header.count(repeated[0])} times; give each "
                     "column its own name"
                 )
-            row = 0
-            for record in reader:
+            row, end = 0, reader.line_num
+            while True:
+                try:
+                    record = next(reader, None)
+                except csv.Error as err:
+                    start = _first_full_line(path, end)
+                    runs_to = reader.line_num if reader.line_num > start else 0
+                    raise DataError(_bad_quote(path, row + 1, start, err, runs_to)) from None
+                if record is None:
+                    break
+                start, end = end + 1, reader.line_num
                 if not record:
                     continue
                 row += 1
+                if end > start and len(record) != len(header):  # a quote left open swallowed the next lines
+                    start = _first_full_line(path, start - 1)
+                    raise DataError(_bad_quote(path, row, start, runs_to=end))
                 if len(record) < len(header):
                     lacking = ", ".join(header[len(record) :])
                     raise DataError(
@@ -248,11 +286,39 @@ def _check_csv_rows(path: Path, sep: str) -> list[str] | None:
                         f"{path}: row {row:,} (line {reader.line_num:,}) has {len(record)} columns, the header "
                         f"{len(header)}; quote the field that holds {what} or add the column to the header"
                     )
-    except csv.Error:
-        return None  # a malformed quote: the reader's own error names it
     finally:
         csv.field_size_limit(limit)
     return header
+
+
+def _first_full_line(path: Path, after: int) -> int:
+    """The 1-based number of the first non-blank line after line ``after`` (where the next record starts)."""
+    with path.open(newline="", encoding="utf-8-sig") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if lineno > after and line.strip("\r\n"):
+                return lineno
+    return after + 1
+
+
+def _bad_quote(path: Path, row: int, line: int, err: Exception | None = None, runs_to: int = 0) -> str:
+    """One line for a record whose quoting is broken: a field that opens a quote it never closes (the reader would
+    merge the rows after it into this one) or closes it before more text. ``row`` 0 is the header."""
+    where = "the header" if row == 0 else f"row {row:,}"
+    if err is not None and "end of data" not in str(err) and '"' not in str(err):  # not a quote: NUL bytes...
+        return (
+            f"{path}: {where} (line {line:,}) is not readable CSV ({_one_line(err)}); fix the row or use --data "
+            "FILE.jsonl"
+        )
+    if err is not None and "end of data" in str(err):
+        problem = "opens a quoted field that is never closed (the rows after it would merge into it)"
+    elif runs_to:
+        problem = f"opens a quoted field that runs on to line {runs_to:,}, merging the rows between into one"
+    else:
+        problem = 'has a field that starts with a quote (") and goes on after its closing quote'
+    return (
+        f'{path}: {where} (line {line:,}) {problem}; escape a quote inside a field by doubling it ("") and quote '
+        "the whole field, or use --data FILE.jsonl"
+    )
 
 
 def _pick_split(loaded: Any, source: DataSource, where: str) -> Any:

@@ -36,6 +36,28 @@ def label_text(value: Any) -> str:
     return str(value)
 
 
+def label_key(value: Any) -> tuple[str, Any]:
+    """What a label value is, as data can write it: equal keys are one label.
+
+    Numbers are equal by value whatever their type or text (``1``, ``1.0``, ``"1"``, ``"1.0"``; ``"01"`` is text);
+    booleans are equal to their words (``true``, ``"True"``) but never to numbers (``True`` is not ``1``: a task
+    with labels ``0``/``1`` and a boolean column are different things, and the type-strict tests of
+    :meth:`Task.label_index` hold it); other text is compared as written.
+    """
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, (int, float)):
+        return ("number", float(value))
+    if isinstance(value, str):
+        text = value.strip()
+        if _DECIMAL.fullmatch(text):
+            return ("number", float(text))
+        if text.lower() in ("true", "false"):
+            return ("boolean", text.lower() == "true")
+        return ("text", value)
+    return ("other", repr(value))
+
+
 @dataclass(frozen=True)
 class Task:
     """A task: what an example holds, how it is rendered, and (for classification) its labels.
@@ -137,12 +159,19 @@ class Task:
 
         Values are compared type-strictly (``True`` is not ``1``), except that a string and a value of another
         type match by text: a CSV cell ``"true"`` or ``"0"`` is the label ``true`` or ``0`` of a task file, and a
-        boolean column matches the string labels ``"true"``/``"false"`` (case-insensitive); a cell written as a
-        decimal number (``"1.0"``, not ``"01"``) matches a numeric label of that value.
+        boolean column matches the string labels ``"true"``/``"false"`` (case-insensitive); numbers match by value
+        however written (a data label ``1.0`` or ``"1.0"``, not ``"01"``, is the label ``1`` or ``"1"``), as
+        :func:`label_key` says (a task file cannot list two labels with one key).
         """
         for i, label in enumerate(self.labels):
             if value == label and isinstance(value, bool) == isinstance(label, bool):
                 return i
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            key = label_key(value)
+            if key[0] == "number":
+                for i, label in enumerate(self.labels):
+                    if label_key(label) == key:
+                        return i
         if isinstance(value, (str, int, float, bool)):
             text = label_text(value).strip().lower()
             number = _DECIMAL.fullmatch(value.strip()) if isinstance(value, str) else None

@@ -20,6 +20,7 @@ the key and what to write instead.
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ from anchorlens.roles.scheme import compile_rules
 from anchorlens.roles.table import check_role_name
 from anchorlens.roles.templates import Field, Literal, Segment, Template, TemplateSyntaxError
 from anchorlens.tasks.explode import Explode, expand_plain
-from anchorlens.tasks.task import CLASSIFICATION, KINDS, METRICS, TEXT, Task, text_digest
+from anchorlens.tasks.task import CLASSIFICATION, KINDS, METRICS, TEXT, Task, label_key, text_digest
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -162,14 +163,23 @@ def _labels(value: Any, where: str) -> tuple[tuple[Any, ...], tuple[str, ...]]:
             items.append((entry["value"], entry["verbalizer"]))
     if not items:
         raise _fail(where, "labels is empty; give every label value in the data its verbalizer")
-    seen: set[str] = set()
+    seen: dict[tuple[str, Any], Any] = {}
     for label, verbalizer in items:
         if not isinstance(verbalizer, str) or not verbalizer.strip():
             raise _fail(where, f'the verbalizer of label {label!r} must be non-blank text such as " yes"')
-        key = f"{type(label).__name__}:{label}"
+        if isinstance(label, float) and not math.isfinite(label):
+            raise _fail(where, f"label {label!r} is not a finite number; write the label as text or a number")
+        key = label_key(label)
         if key in seen:
-            raise _fail(where, f"label {label!r} is listed twice")
-        seen.add(key)
+            first = seen[key]
+            if first == label and type(first) is type(label):
+                raise _fail(where, f"label {label!r} is listed twice; list each label once")
+            what = "equal numbers" if key[0] == "number" else "the same boolean"
+            raise _fail(
+                where,
+                f"labels {first!r} and {label!r} are one label ({what}: data cannot tell them apart); list it once",
+            )
+        seen[key] = label
     return tuple(lbl for lbl, _ in items), tuple(v for _, v in items)
 
 
