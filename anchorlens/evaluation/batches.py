@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
 from anchorlens.capture.collect import PromptRenderer
-from anchorlens.evaluation.rows import append_tokens, fit_row, join_rows, split_rows, strip_trailing_specials
-from anchorlens.evaluation.verbalizers import Verbalizers
+from anchorlens.errors import UsageError
+from anchorlens.evaluation.rows import Row, append_tokens, fit_row, join_rows, split_rows, strip_trailing_specials
+from anchorlens.evaluation.verbalizers import Verbalizers, document_choices
 from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
@@ -26,6 +28,12 @@ class ScoringBatch:
     example b's label l in row b*L + l). answer_pos: [B] long, the last input position (decoder).
     target_labels, target_weight: [B*L, S] the target token to score at each decoder position and
     1/0 whether it counts (encoder-decoder). labels: [B] long label indices, -1 when unlabelled.
+    Label rows (decoder, sum scoring of multi-token verbalizers or choices per document): ``encoded`` holds R rows,
+    prompt + one verbalizer each; cont_pos, cont_ids, cont_weight: [R, C] the position whose next-token
+    distribution scores each verbalizer token, the token, and 1/0 whether it counts; row_slot: [R] long, the row's
+    place b * num_labels + l in the [B, L] scores (a document with fewer choices leaves -inf); answer_row,
+    answer_col: [B] long, the row and column of cont_pos whose distribution is the example's answer distribution.
+    norm_chars: [B, L] float, the characters acc_norm divides each label's score by.
     """
 
     encoded: Encoded
@@ -34,6 +42,13 @@ class ScoringBatch:
     answer_pos: torch.Tensor | None = None
     target_labels: torch.Tensor | None = None
     target_weight: torch.Tensor | None = None
+    cont_pos: torch.Tensor | None = None
+    cont_ids: torch.Tensor | None = None
+    cont_weight: torch.Tensor | None = None
+    row_slot: torch.Tensor | None = None
+    answer_row: torch.Tensor | None = None
+    answer_col: torch.Tensor | None = None
+    norm_chars: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> ScoringBatch:
         """Copy with every tensor on ``device``."""
@@ -45,13 +60,39 @@ class ScoringBatch:
             answer_pos=move(self.answer_pos),
             target_labels=move(self.target_labels),
             target_weight=move(self.target_weight),
+            cont_pos=move(self.cont_pos),
+            cont_ids=move(self.cont_ids),
+            cont_weight=move(self.cont_weight),
+            row_slot=move(self.row_slot),
+            answer_row=move(self.answer_row),
+            answer_col=move(self.answer_col),
+            norm_chars=move(self.norm_chars),
         )
+
+    @property
+    def per_row(self) -> bool:
+        """Whether every label is a row of its own (prompt + verbalizer)."""
+        return self.cont_pos is not None
 
 
 def label_indices(task: Task, examples: Sequence[dict]) -> torch.Tensor:
     """[B] long: each example's label index, -1 for unlabelled examples."""
     out = [-1 if ex.get("label") is None else task.label_index(ex["label"]) for ex in examples]
     return torch.tensor(out, dtype=torch.long)
+
+
+def _fit(row: Row, max_length: int, reserved: int) -> Row:
+    """``row`` cut to ``max_length - reserved`` positions (``reserved``: the answer tokens appended after it);
+    UsageError (one line naming the least limit that fits) when its template text and specials alone are longer."""
+    try:
+        return fit_row(row, max_length - reserved)
+    except ValueError:
+        content = sum(1 for r in row.roles if r == int(Role.CONTENT))
+        need = len(row.ids) - content + reserved
+        raise UsageError(
+            f"a max length of {max_length} tokens cannot hold an input: its template text, special tokens and answer "
+            f"alone take {need}; pass --max-length {need} or more (every example's text is cut to fit)"
+        ) from None
 
 
 def _pad(base: Base) -> tuple[int, str]:
@@ -72,7 +113,7 @@ def _decoder_batch(
     for row in split_rows(encoded):
         row = strip_trailing_specials(row)
         if max_length is not None:
-            row = fit_row(row, max_length - len(shared))
+            row = _fit(row, max_length, len(shared))
         rows.append(append_tokens(row, shared, shared_tokens, Role.STRUCTURAL, "answer"))
     batch = join_rows(encoded, rows, *_pad(base))
     lengths = torch.tensor([len(r.ids) for r in rows], dtype=torch.long)
@@ -81,6 +122,70 @@ def _decoder_batch(
     else:
         answer_pos = lengths - 1
     return batch, answer_pos
+
+
+def _label_rows(
+    base: Base, encoded: Encoded, conts: Sequence[Sequence[tuple[int, ...]]], max_length: int | None
+) -> dict[str, Any]:
+    """Every example once per label: its input (cut to fit, trailing specials dropped) + that label's verbalizer
+    ``conts[b][l]`` (role structural, field ``answer``); the :class:`ScoringBatch` label-row fields (``encoded``,
+    cont_pos, cont_ids, cont_weight, row_slot, answer_row, answer_col)."""
+    tok = base.tokenizer
+    width = max(len(c) for c in conts)
+    rows: list[Row] = []
+    row_example: list[int] = []
+    conts_flat: list[tuple[int, ...]] = []
+    starts: list[int] = []
+    slots: list[int] = []
+    answer_row: list[int] = []
+    answer_col: list[int] = []
+    for b, row in enumerate(split_rows(encoded)):
+        row = strip_trailing_specials(row)
+        longest = max(len(c) for c in conts[b])
+        if max_length is not None:
+            row = _fit(row, max_length, longest)
+        shared = len(_common_prefix_ids(conts[b]))
+        answer_row.append(len(rows))
+        answer_col.append(min(shared, len(conts[b][0]) - 1))
+        for label, ids in enumerate(conts[b]):
+            rows.append(
+                append_tokens(row, list(ids), list(tok.convert_ids_to_tokens(list(ids))), Role.STRUCTURAL, "answer")
+            )
+            row_example.append(b)
+            conts_flat.append(ids)
+            starts.append(len(row.ids) - 1)  # the last input position predicts the verbalizer's first token
+            slots.append(b * width + label)
+    joined = join_rows(encoded, rows, *_pad(base))
+    n_rows, span = len(rows), max(len(c) for c in conts_flat)
+    pos = torch.zeros((n_rows, span), dtype=torch.long)
+    cont_ids = torch.zeros((n_rows, span), dtype=torch.long)
+    weight = torch.zeros((n_rows, span))
+    for r, (cont, start) in enumerate(zip(conts_flat, starts)):
+        shift = joined.input_ids.shape[1] - len(rows[r].ids) if joined.padding_side == "left" else 0
+        n = len(cont)
+        pos[r] = shift + start + torch.arange(span).clamp_max(n - 1)
+        cont_ids[r, :n] = torch.tensor(cont, dtype=torch.long)
+        weight[r, :n] = 1.0
+    index = torch.tensor(row_example, dtype=torch.long)
+    return {
+        "encoded": replace(joined, example_ids=encoded.example_ids[index]),
+        "cont_pos": pos,
+        "cont_ids": cont_ids,
+        "cont_weight": weight,
+        "row_slot": torch.tensor(slots, dtype=torch.long),
+        "answer_row": torch.tensor(answer_row, dtype=torch.long),
+        "answer_col": torch.tensor(answer_col, dtype=torch.long),
+    }
+
+
+def _common_prefix_ids(rows: Sequence[Sequence[int]]) -> list[int]:
+    """Longest token prefix shared by every row."""
+    out: list[int] = []
+    for column in zip(*rows):
+        if len(set(column)) != 1:
+            break
+        out.append(column[0])
+    return out
 
 
 def _seq2seq_batch(
@@ -93,7 +198,7 @@ def _seq2seq_batch(
     """
     rows = split_rows(encoded)
     if max_length is not None:
-        rows = [fit_row(r, max_length) for r in rows]
+        rows = [_fit(r, max_length, 0) for r in rows]
     pad_id, pad_token = _pad(base)
     batch = join_rows(encoded, rows, pad_id, pad_token)
     n_labels = verbalizers.num_labels
@@ -103,13 +208,15 @@ def _seq2seq_batch(
     dec_ids = torch.full((n_labels, width), pad_id, dtype=torch.long)
     gold = torch.full((n_labels, width), pad_id, dtype=torch.long)
     weight = torch.zeros((n_labels, width), dtype=torch.long)
+    valid = torch.zeros((n_labels, width), dtype=torch.long)  # the target positions (weight: those scored)
     for label, target in enumerate(verbalizers.targets):
         n = len(target)
         gold[label, :n] = torch.tensor(target)
         dec_ids[label, 0] = start
         dec_ids[label, 1:n] = torch.tensor(target[:-1], dtype=torch.long)
-        weight[label, :n] = 1
-    dec_roles = torch.where(weight.bool(), int(Role.STRUCTURAL), int(Role.SPECIAL))
+        valid[label, :n] = 1
+        weight[label, : n if verbalizers.scoring == "sum" else min(n, len(verbalizers.shared) + 1)] = 1
+    dec_roles = torch.where(valid.bool(), int(Role.STRUCTURAL), int(Role.SPECIAL))
     dec_roles[:, 0] = int(Role.SPECIAL)
     reps = batch.batch_size
     repeated = replace(
@@ -121,7 +228,7 @@ def _seq2seq_batch(
         tokens=[batch.tokens[i] for i in index.tolist()],
         example_ids=batch.example_ids[index],
         target_ids=dec_ids.repeat(reps, 1),
-        target_mask=weight.repeat(reps, 1),
+        target_mask=valid.repeat(reps, 1),
         target_roles=dec_roles.repeat(reps, 1),
     )
     return repeated, gold.repeat(reps, 1), weight.repeat(reps, 1)
@@ -142,11 +249,37 @@ def scoring_batch(
     rendered = [renderer.render(ex) for ex in examples]
     encoded = base.encode(rendered, example_ids=example_ids, scheme=renderer.scheme)
     labels = label_indices(task, examples)
+    if verbalizers.per_document:
+        tokenized = [document_choices(base.tokenizer, task, ex) for ex in examples]
+        conts = [ids for ids, _ in tokenized]
+        width = max(len(c) for c in conts)
+        norm = torch.ones((len(examples), width))  # a missing choice: -inf / 1
+        for b, (_, chars) in enumerate(tokenized):
+            norm[b, : len(chars)] = torch.tensor(chars, dtype=torch.float)
+            if int(labels[b]) >= len(chars):
+                raise ValueError(f"task {task.name}: label {int(labels[b])} but the document has {len(chars)} choices")
+        if base.is_encoder_decoder:
+            raise UsageError(
+                f"task {task.name}: its choices vary per document, which only decoder-only bases score; "
+                "use a decoder-only base"
+            )
+        return ScoringBatch(
+            labels=labels, num_labels=width, norm_chars=norm, **_label_rows(base, encoded, conts, max_length)
+        )
+    norm = torch.tensor(
+        [list(verbalizers.norm_chars or [1] * verbalizers.num_labels)] * len(examples), dtype=torch.float
+    )
     if base.is_encoder_decoder:
         batch, gold, weight = _seq2seq_batch(base, encoded, verbalizers, max_length)
-        return ScoringBatch(batch, labels, verbalizers.num_labels, target_labels=gold, target_weight=weight)
+        return ScoringBatch(
+            batch, labels, verbalizers.num_labels, target_labels=gold, target_weight=weight, norm_chars=norm
+        )
+    if not verbalizers.one_pass:
+        conts = [list(verbalizers.plain)] * len(examples)
+        fields = _label_rows(base, encoded, conts, max_length)
+        return ScoringBatch(labels=labels, num_labels=verbalizers.num_labels, norm_chars=norm, **fields)
     batch, answer_pos = _decoder_batch(base, encoded, verbalizers, max_length)
-    return ScoringBatch(batch, labels, verbalizers.num_labels, answer_pos=answer_pos)
+    return ScoringBatch(batch, labels, verbalizers.num_labels, answer_pos=answer_pos, norm_chars=norm)
 
 
 def length_sorted_batches(lengths: Sequence[int], batch_size: int, window: int | None) -> list[list[int]]:

@@ -2,8 +2,9 @@
 
 Every checkpoint runs on the same batches, one batch at a time, so the first checkpoint's next-token
 distribution is compared with each other's while the batch is at hand (memory stays flat in the number of
-examples). A task with labels is scored as ``evaluate`` scores it (verbalizer log-likelihoods at the answer
-position, :func:`~anchorlens.evaluation.scoring.answer_scores`); a task without labels (``--task text``) reports
+examples). A task with labels is scored as ``evaluate`` scores it (the summed log-likelihood of each label's whole
+verbalizer, :func:`~anchorlens.evaluation.scoring.answer_scores`; the NLL is the gold verbalizer's, and KL is
+taken at the position that predicts the first distinguishing verbalizer token); a task without labels (``--task text``) reports
 the mean NLL of the text's own next tokens and the mean KL over those positions. :func:`effects_table` gives
 per checkpoint the mean with a bootstrap CI, the paired difference to the first checkpoint with a bootstrap CI,
 McNemar (accuracy) or sign-flip (NLL, KL) p-values, and Benjamini-Hochberg q-values across the comparison.
@@ -34,7 +35,7 @@ from anchorlens.analyses.stats import (
 from anchorlens.analyses.tolerance import kind_of, tolerance
 from anchorlens.capture.collect import PromptRenderer, encode_batches
 from anchorlens.evaluation.batches import length_sorted_batches, scoring_batch
-from anchorlens.evaluation.scoring import answer_scores
+from anchorlens.evaluation.scoring import answer_scores, resolve_scoring
 from anchorlens.evaluation.verbalizers import verbalizer_ids
 from anchorlens.heap import release_free_memory
 from anchorlens.methods.guided import GuidedModel
@@ -65,6 +66,7 @@ def example_effects(
     batch_size: int = 8,
     max_length: int | None = None,
     window: int | None = None,
+    scoring: str = "auto",
 ) -> pd.DataFrame:
     """Long frame (checkpoint, example, metric, value): per example ``correct`` (1/0), ``nll`` and ``kl`` (vs the
     first of ``models``); unlabelled examples of a labelled task have NaN ``correct`` and ``nll``.
@@ -72,13 +74,14 @@ def example_effects(
     ``window``: a labelled task's batches are cut from each run of ``window`` consecutive examples sorted by length
     (less padding; the same windows give the same batches, so ranks that split the examples at window bounds
     compute what one process does); None keeps the examples' order. Rows come in the examples' order either way.
+    ``scoring``: ``sum``, ``first_token`` or ``auto`` (one for all models: :func:`~anchorlens.evaluation.scoring.resolve_scoring`).
 
     Every model must share one base (``compare`` loads them so). A task without labels gives ``nll`` (mean over
     the text's next tokens) and ``kl`` (mean over the same positions); an encoder-decoder base gives no rows
     for it.
     """
     if task.has_labels:
-        records = _label_effects(models, examples, task, prompts, batch_size, max_length, window)
+        records = _label_effects(models, examples, task, prompts, batch_size, max_length, window, scoring)
     else:
         records = _text_effects(models, examples, prompts, batch_size, max_length)
     return pd.DataFrame.from_records(records, columns=list(EFFECT_COLUMNS))
@@ -92,10 +95,12 @@ def _label_effects(
     batch_size: int,
     max_length: int | None,
     window: int | None = None,
+    scoring: str = "auto",
 ) -> list[tuple]:
     first = next(iter(models.values()))
     base = first.base
-    verbalizers = verbalizer_ids(base.tokenizer, task)
+    scoring = resolve_scoring(scoring, models.values(), base.tokenizer, task)
+    verbalizers = verbalizer_ids(base.tokenizer, task, scoring)
     out: list[tuple] = []
     for span in _batches(examples, prompts, batch_size, window):
         part = [examples[i] for i in span]

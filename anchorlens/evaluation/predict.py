@@ -11,7 +11,7 @@ import torch
 from anchorlens.capture.collect import PromptRenderer
 from anchorlens.evaluation.batches import DEFAULT_MAX_LENGTH, length_sorted_batches, scoring_batch
 from anchorlens.evaluation.model import as_model, model_device
-from anchorlens.evaluation.scoring import label_scores
+from anchorlens.evaluation.scoring import label_scores, resolve_scoring
 from anchorlens.evaluation.verbalizers import verbalizer_ids
 from anchorlens.tasks import Task, get_task
 
@@ -40,15 +40,24 @@ def predict(
     max_length: int | None = DEFAULT_MAX_LENGTH,
     progress: bool = False,
     prompts: PromptRenderer | None = None,
+    scoring: str = "auto",
 ) -> pd.DataFrame:
-    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct (+ the task's group fields).
+    """Columns idx, label, pred, score_<label> (log-likelihood) per label, correct, pred_norm, correct_norm
+    (+ the task's group fields).
 
     ``prompts``: how examples are rendered (chat template, demonstrations); default the task's template.
+    ``scoring``: ``sum`` ranks labels by their verbalizer's summed log-likelihood (lm-evaluation-harness ``acc``)
+    and ``pred_norm`` by that divided by the answer's length in characters (``acc_norm``); ``first_token`` by the
+    first distinguishing token's log-probability (``pred_norm`` then equals ``pred``); ``auto`` (default) is ``sum``
+    unless the model's guidance would see an appended answer (:func:`~anchorlens.evaluation.scoring.resolve_scoring`).
+    The scoring used is ``frame.attrs["scoring"]``. A task whose choices vary
+    per document has the choice indices as labels (score_0, score_1, ... up to its most choices).
     """
     task = get_task(task)
     model = as_model(model)
     base = model.base
-    verbalizers = verbalizer_ids(base.tokenizer, task)
+    scoring = resolve_scoring(scoring, [model], base.tokenizer, task)
+    verbalizers = verbalizer_ids(base.tokenizer, task, scoring)
     device = model_device(model)
     render = prompts if prompts is not None else task.template
     lengths = [len(render.render(ex).text) for ex in examples]
@@ -62,19 +71,27 @@ def predict(
         part = [examples[i] for i in span]
         batch = scoring_batch(base, task, part, verbalizers, example_ids=span, max_length=max_length, prompts=prompts)
         scores = label_scores(model, batch.to(device), verbalizers).cpu()
-        for i, ex, row in zip(span, part, scores):
-            records[i] = _record(task, ex, row)
-    return pd.DataFrame.from_records([records[i] for i in range(len(examples))])
+        assert batch.norm_chars is not None
+        norm = scores / batch.norm_chars if verbalizers.scoring == "sum" else scores
+        for i, ex, row, row_norm in zip(span, part, scores, norm):
+            records[i] = _record(task, ex, row, row_norm, verbalizers.per_document)
+    frame = pd.DataFrame.from_records([records[i] for i in range(len(examples))])
+    frame.attrs["scoring"] = scoring
+    return frame
 
 
-def _record(task: Task, example: dict, scores: torch.Tensor) -> dict:
-    """One prediction row from an example and its [L] scores."""
-    pred = task.labels[int(scores.argmax())]
+def _record(task: Task, example: dict, scores: torch.Tensor, norm: torch.Tensor, per_document: bool) -> dict:
+    """One prediction row from an example and its [L] scores and [L] length-normalised scores (-inf: no such
+    choice for this document)."""
+    values = list(range(int(torch.isfinite(scores).sum()))) if per_document else list(task.labels)
+    pred, pred_norm = values[int(scores.argmax())], values[int(norm.argmax())]
     label = example.get("label")
     rec: dict = {"idx": example.get("idx"), "label": label, "pred": pred}
-    for value, s in zip(task.labels, scores.tolist()):
+    for value, s in zip(values, scores.tolist()):
         rec[score_column(value)] = s
     rec["correct"] = None if label is None else task.label_index(label) == task.label_index(pred)
+    rec["pred_norm"] = pred_norm
+    rec["correct_norm"] = None if label is None else task.label_index(label) == task.label_index(pred_norm)
     for key in task.group_fields:
         if key in example:
             rec[key] = example[key]

@@ -18,8 +18,10 @@ def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 2
     labels, preds = [_py(v) for v in rows["label"]], [_py(v) for v in rows["pred"]]
     _, low, high = bootstrap_ci(rows["correct"].astype(float).to_numpy(), n_boot=n_boot, seed=seed)
     out: dict = {"n": len(rows), "accuracy": accuracy(labels, preds), "accuracy_ci95": [low, high]}
+    if "correct_norm" in rows:  # lm-evaluation-harness acc_norm: log-likelihood per character of the answer
+        out["acc_norm"] = float(rows["correct_norm"].astype(float).mean()) if len(rows) else float("nan")
     nll = _label_nll(rows)
-    if nll is not None:  # -log p(gold verbalizer) at the answer, as compare's task effects report it
+    if nll is not None:  # -log p(gold verbalizer) (its whole continuation), as compare's task effects report it
         out["label_nll"], low, high = bootstrap_ci(nll, n_boot=n_boot, seed=seed)
         out["label_nll_ci95"] = [low, high]
     if "macro_f1" in task.metrics:

@@ -1,13 +1,19 @@
-"""Token ids of a task's verbalizers (answer words) for one tokenizer.
+"""Token ids of a task's verbalizers (answer words) for one tokenizer, and how labels are scored.
 
-Decoder-only scoring uses one forward pass: the tokens all verbalizers share at their start
-(``shared``, e.g. the ``" "`` of ``" 1"``/``" 2"`` for SmolLM2) are appended to every input —
-label-independent, so instance-aware guidance sees the same input for every label — and each
-label is scored by the log-probability of its first *distinguishing* token (``choice``) at the
-last position. The shared prefix's log-probability is the same for all labels and is dropped;
-tokens after the distinguishing one (e.g. the tail of a multi-token ``" maybe"``) are not scored.
-Encoder-decoder scoring uses the whole verbalizer as the decoder target (``targets``, with the
-tokenizer's ``</s>``) and sums its log-likelihood.
+``scoring="sum"`` (the default, as lm-evaluation-harness's ``acc``): a label's score is the summed log-likelihood
+of every token of its verbalizer after the prompt, and ``acc_norm`` ranks by that score divided by the answer's
+length in characters (a harness task: the choice text without ``target_delimiter``, as the harness's
+``acc_norm``; other tasks: the verbalizer). When every verbalizer is one token after the tokens they all share at
+their start (``" yes"``/``" no"``; ``" 1"``/``" 2"`` = ``" "`` + one token for SmolLM2) one forward pass
+scores all labels: the shared tokens are appended to the input and each label's score is their log-likelihood
+plus that of its distinguishing token (``choice``) at the last position. Otherwise each label is its own row,
+prompt + verbalizer (input-level guidance then sees the answer, as when the harness runs the guided model).
+
+``scoring="first_token"``: the log-probability of the first *distinguishing* token only (the shared prefix
+appended to every input and dropped from the score; tokens after the distinguishing one are not scored).
+
+Encoder-decoder scoring uses the whole verbalizer as the decoder target (``targets``, with the tokenizer's
+``</s>``) and sums its log-likelihood (``first_token``: up to the first distinguishing token).
 """
 
 from __future__ import annotations
@@ -17,6 +23,10 @@ from typing import Any
 
 from anchorlens.errors import UsageError
 from anchorlens.tasks import Task
+from anchorlens.tasks.harness_choices import HarnessTask
+
+SCORINGS: tuple[str, ...] = ("sum", "first_token")
+AUTO = "auto"  # sum, or first_token where guidance would see an appended answer (evaluation.scoring.resolve_scoring)
 
 
 @dataclass(frozen=True)
@@ -24,18 +34,33 @@ class Verbalizers:
     """Verbalizer token ids for one (task, tokenizer) pair.
 
     shared: token ids common to the start of every verbalizer; choice: per label, its first token
-    after ``shared``; targets: per label, the full target token ids (encoder-decoder bases).
+    after ``shared`` (empty when two labels share it: sum scoring only); targets: per label, the full target token
+    ids (encoder-decoder bases); plain: per label, the verbalizer's token ids without specials; norm_chars: per
+    label, the characters acc_norm divides by; scoring: ``sum`` or ``first_token``; per_document: the choices
+    vary per document (words empty: each batch tokenizes its documents' choices).
     """
 
     words: tuple[str, ...]
     shared: tuple[int, ...]
     choice: tuple[int, ...]
     targets: tuple[tuple[int, ...], ...]
+    plain: tuple[tuple[int, ...], ...] = ()
+    norm_chars: tuple[int, ...] = ()
+    scoring: str = "sum"
+    per_document: bool = False
 
     @property
     def num_labels(self) -> int:
         """Number of labels L."""
         return len(self.words)
+
+    @property
+    def one_pass(self) -> bool:
+        """Whether one forward pass of prompt + ``shared`` scores every label (first_token, or every verbalizer is
+        one distinguishing token after ``shared``)."""
+        if self.per_document or not self.choice:
+            return False
+        return self.scoring == "first_token" or all(len(p) == len(self.shared) + 1 for p in self.plain)
 
 
 def _common_prefix(rows: list[list[int]]) -> list[int]:
@@ -48,9 +73,21 @@ def _common_prefix(rows: list[list[int]]) -> list[int]:
     return out
 
 
-def verbalizer_ids(tokenizer: Any, task: Task) -> Verbalizers:
-    """Tokenize ``task``'s verbalizers; UsageError (naming the task file) when one tokenizes to nothing or two labels
-    cannot be told apart by one token."""
+def norm_length(text: str) -> int:
+    """Characters acc_norm divides a choice's log-likelihood by (at least 1)."""
+    return max(1, len(text))
+
+
+def verbalizer_ids(tokenizer: Any, task: Task, scoring: str = "sum") -> Verbalizers:
+    """Tokenize ``task``'s verbalizers for ``scoring`` (``sum`` or ``first_token``); UsageError (naming the task
+    file) when one tokenizes to nothing or, for first_token scoring, two labels cannot be told apart by one
+    token."""
+    if scoring not in SCORINGS:
+        raise UsageError(f"scoring must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+    if isinstance(task, HarnessTask) and task.choices_of is not None and task.has_labels:
+        if scoring != "sum":
+            raise UsageError(f"task {task.name}: its choices vary per document; score it with scoring='sum'")
+        return Verbalizers(words=(), shared=(), choice=(), targets=(), scoring=scoring, per_document=True)
     if not task.has_labels:
         raise UsageError(f"task {task.name} has no labels: scoring needs verbalizers (a classification task)")
     words = tuple(task.verbalizers)
@@ -61,12 +98,38 @@ def verbalizer_ids(tokenizer: Any, task: Task) -> Verbalizers:
         if not ids:
             raise UsageError(f"{where}: the verbalizer {w!r} tokenizes to nothing; give each label a non-empty answer")
     shared = _common_prefix(plain)
-    if any(len(ids) <= len(shared) for ids in plain):
-        raise UsageError(f"{where}: one verbalizer of {words!r} is a token prefix of another; make them differ")
-    choice = tuple(ids[len(shared)] for ids in plain)
-    if len(set(choice)) != len(choice):
-        raise UsageError(
-            f"{where}: verbalizers {words!r} share a distinguishing token {choice!r}; "
-            "choose answer words that differ in their first token after a common prefix"
-        )
-    return Verbalizers(words=words, shared=tuple(shared), choice=choice, targets=targets)
+    texts = task.choice_texts if isinstance(task, HarnessTask) and task.choice_texts else words
+    norm = tuple(norm_length(t) for t in texts)
+    choice = tuple(ids[len(shared)] for ids in plain if len(ids) > len(shared))
+    distinct = len(choice) == len(plain) and len(set(choice)) == len(choice)
+    if scoring == "first_token":
+        if any(len(ids) <= len(shared) for ids in plain):
+            raise UsageError(f"{where}: one verbalizer of {words!r} is a token prefix of another; make them differ")
+        if not distinct:
+            raise UsageError(
+                f"{where}: verbalizers {words!r} share a distinguishing token {choice!r}; "
+                "choose answer words that differ in their first token after a common prefix"
+            )
+    return Verbalizers(
+        words=words,
+        shared=tuple(shared),
+        choice=choice if distinct else (),
+        targets=targets,
+        plain=tuple(tuple(p) for p in plain),
+        norm_chars=norm,
+        scoring=scoring,
+    )
+
+
+def document_choices(tokenizer: Any, task: Task, example: dict) -> tuple[list[tuple[int, ...]], list[int]]:
+    """A document's choices (a task whose choices vary per document) as token ids of ``target_delimiter`` +
+    choice, and their acc_norm lengths; ValueError when it has fewer than one choice or one tokenizes to
+    nothing."""
+    assert isinstance(task, HarnessTask)
+    texts = task.example_choices(example) or []
+    if not texts:
+        raise ValueError(f"task {task.name}: a document has no choices")
+    ids = [tuple(tokenizer(task.target_delimiter + t, add_special_tokens=False)["input_ids"]) for t in texts]
+    if any(not i for i in ids):
+        raise ValueError(f"task {task.name}: a choice of {texts!r} tokenizes to nothing")
+    return ids, [norm_length(t) for t in texts]

@@ -22,16 +22,75 @@ from anchorlens.roles.templates import CONTENT, STRUCTURAL, Field, Literal, Rend
 _OPEN, _MID, _CLOSE = "\ue010", "\ue011", "\ue012"
 _MARKED = re.compile(f"{_OPEN}(\\d+){_MID}(.*?){_CLOSE}", re.DOTALL)
 _FUNC = "__anchorlens_mark"
+MAX_RANGE = 10_000  # items a template's range() may give
+MAX_OUTPUT = 1_000_000  # characters a render may give, and the longest string or list a ``*`` may build
+MAX_POWER_BITS = 4_096  # bits an integer ``**`` may give
+
+
+def _bounded_range(*args: int) -> range:
+    """``range`` refusing more than MAX_RANGE items (SecurityError)."""
+    from jinja2.exceptions import SecurityError
+
+    out = range(*args)
+    if len(out) > MAX_RANGE:
+        raise SecurityError(f"range() of {len(out)} items is over the limit of {MAX_RANGE}")
+    return out
+
+
+def _bounded_binop(operator: str, left: Any, right: Any) -> None:
+    """SecurityError for a ``*`` building a sequence over MAX_OUTPUT items or an integer ``**`` over the bit limit."""
+    from jinja2.exceptions import SecurityError
+
+    def count(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    if operator == "*":
+        for seq, n in ((left, count(right)), (right, count(left))):
+            if isinstance(seq, (str, list, tuple)) and n is not None and len(seq) * n > MAX_OUTPUT:
+                raise SecurityError(f"repeating a sequence {n} times is over the limit of {MAX_OUTPUT} items")
+    if operator == "**" and count(left) is not None and count(right) is not None:
+        if right > 0 and max(1, abs(left).bit_length()) * right > MAX_POWER_BITS:
+            raise SecurityError(f"{left} ** {right} is over the limit of {MAX_POWER_BITS} bits")
 
 
 def jinja_environment() -> Any:
-    """A sandboxed Jinja environment with undefined names as errors and the harness's ``regex_replace`` filter."""
+    """A sandboxed Jinja environment with undefined names as errors and the harness's ``regex_replace`` filter,
+    bounded: range() of at most MAX_RANGE items, ``*`` repetition and renders of at most MAX_OUTPUT characters
+    (:meth:`JinjaTemplate.render`), integer powers of at most MAX_POWER_BITS bits (SecurityError beyond)."""
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+            _bounded_binop(operator, left, right)
+            return super().call_binop(context, operator, left, right)
+
+    env = Bounded(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     env.filters["regex_replace"] = lambda s, pattern, repl: re.sub(pattern, repl, s)
+    env.globals["range"] = _bounded_range
     return env
+
+
+def bounded_render(template: Any, values: Mapping[str, Any]) -> str:
+    """``template.render(**values)`` refusing output over MAX_OUTPUT characters (SecurityError)."""
+    from jinja2.exceptions import SecurityError
+
+    pieces: list[str] = []
+    size = 0
+    for piece in template.generate(**values):
+        size += len(piece)
+        if size > MAX_OUTPUT:
+            raise SecurityError(f"the rendered text is over the limit of {MAX_OUTPUT} characters")
+        pieces.append(piece)
+    return "".join(pieces)
+
+
+def jinja_message(err: BaseException) -> str:
+    """One line for a Jinja or expression failure: its kind and first line (``UndefinedError: 'x' is undefined``)."""
+    text = getattr(err, "message", None) or str(err) or "failed"
+    return f"{type(err).__name__}: {str(text).strip().splitlines()[0] if str(text).strip() else 'failed'}"
 
 
 @dataclass(frozen=True)
@@ -57,8 +116,9 @@ class JinjaTemplate:
         except jinja2.TemplateSyntaxError as err:
             raise TemplateError(f"template {name!r}: Jinja syntax error on line {err.lineno}: {err.message}") from None
         fields: list[str | None] = []
+        data = meta.find_undeclared_variables(env.parse(source))  # not {% set %} or loop variables
         for expr in _expressions(tokens):
-            names = meta.find_undeclared_variables(env.parse("{{ " + expr + " }}"))
+            names = meta.find_undeclared_variables(env.parse("{{ " + expr + " }}")) & data
             order = sorted(names, key=lambda n: m.start() if (m := re.search(rf"\b{re.escape(n)}\b", expr)) else 0)
             fields.append(order[0] if order else None)
         return cls(name, source, tuple(fields))
@@ -127,13 +187,13 @@ class JinjaTemplate:
         import jinja2
 
         try:
-            marked = self._compiled.render(**example)
+            marked = bounded_render(self._compiled, example)
         except jinja2.UndefinedError as err:
             raise TemplateError(
                 f"template {self.name!r}: {err.message}; the example has: {', '.join(map(str, example))}"
             ) from None
-        except Exception as err:  # an expression failing on this example's values
-            raise TemplateError(f"template {self.name!r}: {type(err).__name__}: {err}") from None
+        except Exception as err:  # an expression failing on this example's values, a sandbox limit
+            raise TemplateError(f"template {self.name!r}: {jinja_message(err)}") from None
         return _spans(marked, self._expr_fields)
 
 

@@ -3,16 +3,18 @@
 Read: ``task``, ``dataset_path``/``dataset_name`` and the ``*_split`` keys (the task's default data, a hub
 dataset from the local HF cache: ``hf:PATH:NAME@SPLIT``, the validation split first), ``doc_to_text`` (Jinja:
 literal text structural, each ``{{ expression }}`` content tagged with the field it reads; a bare field name
-reads that field), ``doc_to_target`` (a field, an index, or Jinja giving the answer's index or text),
-``doc_to_choice`` (a list, or Jinja giving one: the choices, each preceded by ``target_delimiter``, become the
-verbalizers), ``description`` (structural text before the demonstrations and the query), ``num_fewshot``, ``fewshot_split``, ``target_delimiter``
-and ``fewshot_delimiter``, and ``include`` (a base file beside this one, overridden by this one's keys).
-Choices that differ per document (``{{ choices.text }}``) are kept for capture and compare; scoring them needs
-fixed choices, so evaluate and train refuse such a task. Entries that need the harness's Python (``!function``,
-``process_docs``, ``process_results``, custom ``class``) are refused in one line naming the entry; keys about
-generation and metrics (``generation_kwargs``, ``metric_list``, ``filter_list``...) are ignored and listed in
-the task's notes, as are keys unlike any the harness knows; a key that looks like a misspelt known one
-(``doc_to_targt``) is refused, since ignoring it would silently change the task.
+reads that field; ``{% set %}`` variables are not fields), ``doc_to_target`` and ``doc_to_choice``
+(:mod:`anchorlens.tasks.harness_choices`: a target equal to a choice's text is that choice; fixed choices, each
+preceded by ``target_delimiter``, become the verbalizers; choices that differ per document, ``{{ choices.text }}``,
+are scored per document with the choice indices as labels), ``description`` (structural text before the
+demonstrations and the query), ``num_fewshot``, ``fewshot_split``, ``target_delimiter`` and
+``fewshot_delimiter``, and ``include`` (a base file beside this one, overridden by this one's keys). Jinja runs in
+a bounded sandbox (:func:`anchorlens.roles.jinja.jinja_environment`); its errors are one line naming the key.
+Entries that need the harness's Python (``!function``, ``process_docs``, ``process_results``, custom ``class``)
+are refused in one line naming the entry; keys about generation and metrics (``generation_kwargs``,
+``metric_list``, ``filter_list``...) are ignored and listed in the task's notes, as are keys unlike any the
+harness knows; a key that looks like a misspelt known one (``doc_to_targt``) is refused, since ignoring it would
+silently change the task.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from typing import Any
 
 from anchorlens.atomic import os_errors
 from anchorlens.errors import DataError
-from anchorlens.roles.jinja import JinjaTemplate, jinja_environment
+from anchorlens.roles.jinja import JinjaTemplate
 from anchorlens.roles.templates import TemplateError
+from anchorlens.tasks.harness_choices import HarnessTask, choice_function, target_function
 from anchorlens.tasks.task import CLASSIFICATION, Task, text_digest
 
 CODE_KEYS = ("process_docs", "process_results", "class", "custom_dataset", "doc_to_image", "doc_to_audio")
@@ -149,64 +152,17 @@ def _template_source(doc_to_text: Any, where: str) -> str:
     return doc_to_text
 
 
-def _expression(source: Any, where: str, key: str) -> Any:
-    """A compiled Jinja expression for ``{{ expr }}`` or a bare field name; None for a constant."""
-    import jinja2
-
-    if not isinstance(source, str):
-        return None
-    text = source.strip()
-    if text.startswith("{{") and text.endswith("}}") and text.count("{{") == 1:
-        text = text[2:-2].strip()
-    elif "{{" in text or "{%" in text:
-        raise DataError(f"{where}: {key} must be one Jinja expression {{{{ ... }}}} or a field name")
-    try:
-        return jinja_environment().compile_expression(text, undefined_to_none=False)
-    except jinja2.TemplateSyntaxError as err:
-        raise DataError(f"{where}: {key}: Jinja syntax error ({err.message})") from None
-
-
-def _static_choices(value: Any, where: str) -> list[str] | None:
-    """Choices the same for every document (a list, or an expression reading no field), else None."""
-    if isinstance(value, list):
-        return [str(c) for c in value]
-    if isinstance(value, str):
-        from jinja2 import meta
-
-        text = value.strip()
-        body = text[2:-2] if text.startswith("{{") and text.endswith("}}") else text
-        env = jinja_environment()
-        if meta.find_undeclared_variables(env.parse("{{ " + body + " }}")):
-            return None
-        out = env.compile_expression(body)()
-        if isinstance(out, (list, tuple)):
-            return [str(c) for c in out]
-    raise DataError(f"{where}: doc_to_choice must be a list of choices or a Jinja expression giving one")
-
-
-def _label_function(target: Any, choices: list[str], where: str) -> Any:
-    """example -> label index (int) from ``doc_to_target``: an index, a field, or Jinja giving an index or text."""
-    if isinstance(target, bool) or target is None:
-        raise DataError(f"{where}: doc_to_target must be an index, a field name or a Jinja expression")
-    if isinstance(target, int):
-        return lambda _example, i=target: i
-    compiled = _expression(target, where, "doc_to_target")
+def _label_function(target: Any, choices: list[str] | None, choices_of: Any) -> Any:
+    """example -> choice index from ``doc_to_target`` over the fixed choices or the document's own."""
 
     def label(example: Mapping[str, Any]) -> Any:
+        if choices is not None:
+            return target(example, choices)
         try:
-            value = compiled(**example)
-        except Exception as err:  # an undefined field, an expression failing on this document
-            raise ValueError(f"doc_to_target fails on this example ({type(err).__name__}: {err})") from None
-        if value is None:
-            return None
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            value = int(value.strip())
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        text = str(value).strip()
-        if text in [c.strip() for c in choices]:
-            return [c.strip() for c in choices].index(text)
-        raise ValueError(f"doc_to_target gives {value!r}, not a choice index or one of the choices {choices}")
+            own = choices_of(example)
+        except ValueError as err:
+            raise ValueError(f"doc_to_choice fails on this example ({err})") from None
+        return target(example, own)
 
     return label
 
@@ -255,28 +211,30 @@ def load_harness_task(path: str | Path) -> Task:
     if not isinstance(description, str):
         raise DataError(f"{where}: description must be a string")
     try:
-        template = JinjaTemplate.parse(source, name=name)
+        template = JinjaTemplate.parse(source, name=f"{name.strip()} doc_to_text")
     except TemplateError as err:
         raise DataError(f"{where}: doc_to_text: {err}") from None
     if not template.fields:
         raise DataError(f"{where}: doc_to_text reads no field; write the document's fields as {{{{ field }}}}")
     delimiter = data.get("target_delimiter", " ")
+    if not isinstance(delimiter, str):
+        raise DataError(f"{where}: target_delimiter and fewshot_delimiter must be strings")
     labels: tuple[Any, ...] = ()
     verbalizers: tuple[str, ...] = ()
     label_of = None
+    choices: list[str] | None = None
+    choices_of = None
     if "doc_to_choice" in data:
-        choices = _static_choices(data["doc_to_choice"], where)
-        if choices is None:
-            notes.append(
-                "doc_to_choice varies per document: capture and compare work; evaluate and train need fixed choices"
-            )
-        else:
+        choices, choices_of = choice_function(data["doc_to_choice"], where)
+        if choices is not None:
             if len(choices) < 2:
                 raise DataError(f"{where}: doc_to_choice gives {len(choices)} choice(s); a task needs at least 2")
             labels = tuple(range(len(choices)))
             verbalizers = tuple(f"{delimiter}{c}" for c in choices)
-            if "doc_to_target" in data:
-                label_of = _label_function(data["doc_to_target"], choices, where)
+        else:
+            notes.append("doc_to_choice varies per document: each document is scored on its own choices")
+        if "doc_to_target" in data:
+            label_of = _label_function(target_function(data["doc_to_target"], where), choices, choices_of)
     else:
         notes.append("no doc_to_choice: a task without fixed choices (capture and compare work)")
     shots = data.get("num_fewshot", 0)
@@ -286,14 +244,14 @@ def load_harness_task(path: str | Path) -> Task:
     if not isinstance(delimiter, str) or not isinstance(fewshot_delimiter, str):
         raise DataError(f"{where}: target_delimiter and fewshot_delimiter must be strings")
     try:
-        return Task(
+        return HarnessTask(
             name=name.strip(),
             description=f"lm-evaluation-harness task {name.strip()}",
             fields=template.fields,
             template=template,
             labels=labels,
             verbalizers=verbalizers,
-            metrics=("accuracy",) if labels else (),
+            metrics=("accuracy",) if labels or choices_of is not None else (),
             expand=keep_nested,
             kind=CLASSIFICATION,
             shots=shots,
@@ -305,6 +263,9 @@ def load_harness_task(path: str | Path) -> Task:
             digest=text_digest(text),
             notes=tuple(n for n in notes if not n.endswith(": ")),
             label_of=label_of,
+            choices_of=choices_of,
+            target_delimiter=delimiter,
+            choice_texts=tuple(choices or ()),
         )
     except ValueError as err:
         raise DataError(f"{where}: {err}") from None

@@ -16,7 +16,7 @@ from anchorlens.errors import UsageError
 from anchorlens.evaluation.batches import scoring_batch
 from anchorlens.evaluation.model import model_device
 from anchorlens.evaluation.predict import predict
-from anchorlens.evaluation.scoring import label_scores
+from anchorlens.evaluation.scoring import label_scores, resolve_scoring
 from anchorlens.evaluation.verbalizers import Verbalizers, verbalizer_ids
 from anchorlens.tasks import Task, get_task
 from anchorlens.training import checkpointing as ckpt
@@ -70,7 +70,8 @@ class Trainer:
         self.progress = progress
         self.meta = {"task": self.task.name, "template": self.task.template.spec, **(checkpoint_meta or {})}
         self.params = trainable_guidance(guided)
-        self.verbalizers: Verbalizers = verbalizer_ids(guided.base.tokenizer, self.task)
+        scoring = resolve_scoring("auto", [guided], guided.base.tokenizer, self.task)  # as evaluate scores it
+        self.verbalizers: Verbalizers = verbalizer_ids(guided.base.tokenizer, self.task, scoring)
         self.device = model_device(guided)
         self.optimizer = make_optimizer(config.optimizer, self.params, config.lr, config.weight_decay)
         lengths = self._token_lengths() if config.group_by_length else None

@@ -16,10 +16,8 @@ def test_verbalizers_share_a_prefix_and_differ_after_it(tiny_base):
     copa = verbalizer_ids(base.tokenizer, get_task("copa"))  # " 1" / " 2" -> [" ", "1"] / [" ", "2"]
     assert len(copa.shared) == 1 and len(set(copa.choice)) == 2
     rte = verbalizer_ids(base.tokenizer, get_task("rte"))
-    assert rte.shared == () and rte.choice == tuple(
-        base.tokenizer(" yes", add_special_tokens=False)["input_ids"]
-        + base.tokenizer(" no", add_special_tokens=False)["input_ids"]
-    )
+    yes, no = (tuple(base.tokenizer(w, add_special_tokens=False)["input_ids"]) for w in (" yes", " no"))
+    assert rte.shared == () and rte.choice == (yes[0], no[0]) and rte.plain == (yes, no)
 
 
 def test_decoder_scores_are_log_probs_at_the_answer_token(tiny_base):
@@ -32,7 +30,7 @@ def test_decoder_scores_are_log_probs_at_the_answer_token(tiny_base):
         pos = int(batch.answer_pos[b])
         assert batch.encoded.input_ids[b, pos] == verb.shared[-1]
         assert batch.encoded.tokens[b][pos - 1] == ":" and batch.encoded.attention_mask[b, pos + 1 :].sum() == 0
-    df = predict(base, examples, task, batch_size=2)
+    df = predict(base, examples, task, batch_size=2, scoring="first_token")  # the default sums " " + "1" too
     logits = base.forward(batch.encoded).logits
     for b in range(len(examples)):
         logp = torch.log_softmax(logits[b, int(batch.answer_pos[b])], -1)
@@ -80,14 +78,21 @@ def test_long_inputs_are_cut_to_max_length(tiny_base):
     base = tiny_base("tiny-llama")
     task = get_task("boolq")
     ex = [dict(bundled_examples("boolq", limit=1)[0], passage="word " * 300)]
-    batch = scoring_batch(base, task, ex, verbalizer_ids(base.tokenizer, task), max_length=40)
+    batch = scoring_batch(base, task, ex, verbalizer_ids(base.tokenizer, task, "first_token"), max_length=40)
     assert batch.encoded.input_ids.shape[1] == 40
     assert batch.encoded.tokens[0][-2:] == ["answer", ":"]
+    verb = verbalizer_ids(base.tokenizer, task)  # " yes" is two tokens here: each label a row, prompt + answer
+    batch = scoring_batch(base, task, ex, verb, max_length=40)
+    assert batch.per_row and batch.encoded.input_ids.shape[1] == 40
+    yes = len(verb.plain[0])
+    assert batch.encoded.tokens[0][-yes - 2 : -yes] == ["answer", ":"]
 
 
 def test_predict_table_columns(tiny_base):
     df = predict(tiny_base("tiny-gpt2"), bundled_examples("rte", limit=5), "rte", batch_size=2)
-    assert list(df.columns) == ["idx", "label", "pred", "score_entailment", "score_not_entailment", "correct"]
+    assert list(df.columns) == [
+        "idx", "label", "pred", "score_entailment", "score_not_entailment", "correct", "pred_norm", "correct_norm"
+    ]  # fmt: skip
     assert len(df) == 5 and df["correct"].dtype == bool
 
 
