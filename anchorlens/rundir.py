@@ -64,7 +64,7 @@ RUN_ENTRIES = frozenset(
     {
         MANIFEST, RUN_MARKER, PROGRESS_DIR, CHECKPOINTS, "final", "runs", "cells", "tables", "figures",
         "metrics.parquet", "metrics.csv", "metrics.json", "effects.parquet", "effects.csv", "facts.json",
-        "headline.csv", "paired.csv", "task_effects.csv", "evidence.csv", "maps.json", "maps.safetensors",
+        "headline.csv", "paired.csv", "task_effects.csv", "accuracy_pairs.csv", "evidence.csv", "maps.json", "maps.safetensors",
         "summary.md", "summary.json", "report.html", "predictions.csv", "positions.csv", "sweep.csv",
         "per_layer.csv", "attention_budget.png", "history.csv",
     }

@@ -12,6 +12,7 @@ import pandas as pd
 from markupsafe import Markup
 from matplotlib.figure import Figure
 
+from anchorlens.analyses.accuracy_pairs import accuracy_pairs
 from anchorlens.analyses.frames import per_head
 from anchorlens.analyses.headline import SINK_MASS
 from anchorlens.analyses.mean_maps import load_mean_maps, save_mean_maps
@@ -273,6 +274,9 @@ def comparison_document(
     ]
     if not effects.empty:
         tables.append(Table("effects", effects_title(result), grid_html(effects), effects_note(result)))
+    pairs = pairs_grid(comparison_pairs(result))
+    if not pairs.empty:
+        tables.append(Table("pairs", PAIRS_TITLE, grid_html(pairs), PAIRS_NOTE))
     if not evidence.empty:
         tables.append(
             Table(
@@ -317,11 +321,48 @@ def comparison_document(
             "token or role, and compare two checkpoints on the tokens they share. Runs offline (inline script)."
         ),
     )
-    grids = [grid, *([effects] if not effects.empty else []), *([evidence] if not evidence.empty else [])]
+    grids = [grid, *(g for g in (effects, pairs, evidence) if not g.empty)]
     return doc, summary_markdown(doc, grids, [exact] if details else [])
 
 
-SECTIONS = {"headline": "Headline", "effects": "Task effects", "evidence": "Evidence beyond attention weights"}
+SECTIONS = {
+    "headline": "Headline",
+    "effects": "Task effects",
+    "pairs": "Accuracy, every pair",
+    "evidence": "Evidence beyond attention weights",
+}
+PAIRS_TITLE = "Accuracy of every checkpoint against every other"
+PAIRS_NOTE = (
+    "Each pair on the examples both scored: accuracies with 95% Wilson intervals, Δ = row's second minus first "
+    "with Newcombe's paired 95% interval, the examples only one side got right, McNemar's exact test and "
+    "Benjamini-Hochberg q over the pairs (none where no example changed)."
+)
+
+
+def comparison_pairs(result: Comparison) -> pd.DataFrame:
+    """:func:`~anchorlens.analyses.accuracy_pairs.accuracy_pairs` of a run with three or more checkpoints and
+    labelled examples (with two, the task-effects table already pairs them); empty otherwise."""
+    if len(result.checkpoints) < 3 or result.effect_rows.empty:
+        return pd.DataFrame()
+    return accuracy_pairs(result.effect_rows, result.checkpoints)
+
+
+def pairs_grid(pairs: pd.DataFrame) -> pd.DataFrame:
+    """The pairs as formatted cells, one row ``b vs a`` per pair."""
+    if pairs.empty:
+        return pd.DataFrame()
+    rows = {}
+    for r in pairs.itertuples():
+        changed = r.only_a_right + r.only_b_right
+        rows[f"{r.b} vs {r.a}"] = {
+            "n": f"{r.n}",
+            "accuracy (first)": f"{r.accuracy_a:.3f} [{r.a_lo:.3f}, {r.a_hi:.3f}]",
+            "accuracy (second)": f"{r.accuracy_b:.3f} [{r.b_lo:.3f}, {r.b_hi:.3f}]",
+            "Δ [95% CI]": ("Δ 0 " if not changed else f"{r.diff:+.3f} ") + f"[{r.diff_lo:+.3f}, {r.diff_hi:+.3f}]",
+            "right only with second / first": f"{r.only_b_right} / {r.only_a_right}",
+            "q": "—" if not changed else f"{r.q_value:.2g}",
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def interactive_view(result: Comparison) -> Markup | None:
@@ -383,6 +424,9 @@ def write_comparison(
         if not result.effects.empty:
             result.effects.to_csv(tmp / "task_effects.csv", index=False)
             write_metrics(result.effect_rows, tmp / "effects")
+            pairs = comparison_pairs(result)
+            if not pairs.empty:
+                pairs.to_csv(tmp / "accuracy_pairs.csv", index=False)
         if not result.evidence.empty:
             result.evidence.to_csv(tmp / "evidence.csv", index=False)
         save_maps(result.maps, tmp / "maps")
