@@ -101,7 +101,12 @@ def _evaluate(
     prompts = inputs.prompts(model.base.tokenizer)  # as ``predict`` renders them
     done = first_pass(model, prompts.examples(inputs.examples), prompts, batch_size=batch_size, max_length=max_length)
     preds = inputs.predict(model, batch_size=batch_size, max_length=max_length, progress=progress)
-    metrics = {"task": inputs.task.name, **task_metrics(preds, inputs.task), "num_examples": len(preds)}
+    metrics = {
+        "task": inputs.task.name,
+        **task_metrics(preds, inputs.task),
+        "num_examples": len(preds),
+        "scoring": preds.attrs.get("scoring"),  # sum (whole answer) or first_token (evaluation.scoring.resolve_scoring)
+    }
     if done:
         metrics["first_pass"] = done
     return EvalResult(preds, metrics), model, inputs
