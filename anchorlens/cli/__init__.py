@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from anchorlens import __version__
-from anchorlens.cli import flow, learn, measure, models, reproduce, tasks  # noqa: F401  (commands register on import)
+from anchorlens.cli import checkpoints, flow, learn, measure, models, reproduce, tasks  # noqa: F401  (commands register on import)
 from anchorlens.cli.app import app
 from anchorlens.cli.options import one_line_warning
 

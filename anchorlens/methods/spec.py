@@ -2,7 +2,7 @@
 
 Grammar: parts joined by ``+``; a part is ``base``, a registered method with options
 (``capsule:fusion=prepend,pos=last``; see ``anchorlens.methods.config``), an anchorlens
-checkpoint directory, or a PEFT adapter directory or hub id (prompt-learning adapters become guidance;
+checkpoint directory, a checkpoint shipped with the package (``capsule@sst2``; ``anchorlens checkpoints``), or a PEFT adapter directory or hub id (prompt-learning adapters become guidance;
 LoRA-family adapters are applied to the base by PEFT, ``DIR:merge=true`` merged). Examples:
 ``instance:k=2,pos=middle``, ``prompt:n=10+instance``, ``runs/ckpt+instance``, ``runs/lora+instance``.
 ``parse_spec`` gives a typed ``Spec`` whose ``str`` parses back to an equal ``Spec``; ``load_guided``
@@ -25,6 +25,7 @@ from anchorlens.errors import UnknownNameError, UsageError
 from anchorlens.methods.config import METHOD_CONFIGS, POSITION_ALIASES, MethodConfig, _choices, config_class
 from anchorlens.methods.guided import GuidedModel
 from anchorlens.methods.registry import METHODS  # noqa: F401  (registers the built-in methods)
+from anchorlens.methods.shipped import is_shipped_name, shipped_checkpoint
 from anchorlens.models.base import Base
 
 _BASE_NAMES = ("base", "none")
@@ -34,7 +35,10 @@ RESERVED_ALIASES = ("model",)  # ``model=ORG/NAME`` is a spec (another base), ne
 
 
 def _choices_text() -> str:
-    return f"base, {', '.join(METHOD_CONFIGS)}, an anchorlens checkpoint directory or a PEFT adapter directory"
+    return (
+        f"base, {', '.join(METHOD_CONFIGS)}, a shipped checkpoint NAME@TASK (capsule@sst2), "
+        "an anchorlens checkpoint directory or a PEFT adapter directory"
+    )
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,11 @@ class Directory:
     path: str
     kind: Literal["checkpoint", "peft"]
     merge: bool = False  # a LoRA-family PEFT adapter merged into copies of the weights it changes
+    name: str | None = None  # a shipped checkpoint's address (``capsule@sst2``); ``path`` is its folder
 
     def __str__(self) -> str:
-        """The path as written (``:merge=true`` after a merged adapter)."""
-        return self.path + (":merge=true" if self.merge else "")
+        """The path (or shipped name) as written (``:merge=true`` after a merged adapter)."""
+        return (self.name or self.path) + (":merge=true" if self.merge else "")
 
 
 SpecPart = MethodConfig | Directory
@@ -174,6 +179,9 @@ def _parse_part(text: str) -> SpecPart | None:
     path = _resolve_dir(text)
     if path is not None:
         return _directory_part(path, text)
+    if is_shipped_name(text):  # ``capsule@sst2``: a checkpoint shipped inside the package
+        shipped = shipped_checkpoint(text)
+        return Directory(str(shipped.path), "checkpoint", name=shipped.address)
     name, colon, opts = text.partition(":")
     folder = _resolve_dir(name.strip()) if colon else None
     if folder is not None:  # ``LORA_DIR:merge=true``

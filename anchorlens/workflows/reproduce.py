@@ -96,6 +96,7 @@ _TRAIN_KEYS = (
     "eval_every",
     "patience",
     "weight_decay",
+    "group_by_length",
 )
 _BUDGET_KEYS = {*_TRAIN_KEYS, "max_length", "n_train", "n_eval"}
 
