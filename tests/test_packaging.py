@@ -59,6 +59,10 @@ def test_the_wheel_has_the_version_and_every_data_file(wheel):
     missing = [f for f in data if f not in names]
     assert not missing, f"package data missing from the wheel (add them to [tool.setuptools.package-data]): {missing}"
     assert "anchorlens/reports/templates/report.html.j2" in names and "anchorlens/tasks/examples/rte.jsonl" in names
+    for name in ("prompt", "capsule", "deep-prompt"):  # the shipped trained checkpoints (--ckpt NAME@sst2)
+        assert {
+            f"anchorlens/methods/trained/sst2/{name}/{f}" for f in ("anchorlens.json", "guidance.safetensors")
+        } <= names
     assert wheel.stat().st_size < 2_000_000
 
 
@@ -107,5 +111,14 @@ def test_the_installed_wheel_runs_the_demo_outside_the_repo(wheel, tmp_path):
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "instance vs base (2 paired examples, 95% bootstrap CI)" in demo.stdout
     assert (work / "demo" / "report.html").is_file() and (work / "demo" / "attention_budget.png").is_file()
+    listed = run("checkpoints")
+    assert listed.returncode == 0 and all(
+        f"| {n}@sst2 |" in listed.stdout for n in ("prompt", "capsule", "deep-prompt")
+    )
+    if embedded_available():  # trained guidance compares on a fresh install, with no training
+        args = ["--task", "sst2", "--ckpt", "base", "--ckpt", "prompt@sst2", "--ckpt", "capsule@sst2", "--n", "2"]
+        done = run("compare", *args, "--no-figures", "--out", str(work / "sst2"))
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        assert (work / "sst2" / "accuracy_pairs.csv").is_file()
     bad = run("demo", "--n", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("error: --n: 0 is below 1")

@@ -38,8 +38,13 @@ def test_the_sst2_checkpoints_ship_with_their_record():
         low, high = val["interval"]
         assert low < val["accuracy"] < high and math.isfinite(val["label_nll"])
         size = (ckpt.path / "guidance.safetensors").stat().st_size  # float32 values and a small header, nothing more
-        assert ckpt.path.parent.parent == shipped_root() and 4 * meta["num_trainable"] < size < 4 * meta["num_trainable"] + 4096
-        assert meta["num_trainable"] == {"capsule": 30 * 576, "deep-prompt": 30 * 10 * 576, "prompt": 20 * 576}[ckpt.name]
+        assert (
+            ckpt.path.parent.parent == shipped_root()
+            and 4 * meta["num_trainable"] < size < 4 * meta["num_trainable"] + 4096
+        )
+        assert (
+            meta["num_trainable"] == {"capsule": 30 * 576, "deep-prompt": 30 * 10 * 576, "prompt": 20 * 576}[ckpt.name]
+        )
 
 
 def test_the_reproduce_plan_retrains_them_with_their_recorded_budget():
