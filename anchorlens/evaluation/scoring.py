@@ -84,7 +84,10 @@ def reads_appended_answer(model: Any) -> bool:
     summarise every input position, and a guidance placed relative to the input's end (``last``, ``middle``, an
     index) would sit after or among it. Prompts at ``first``/``start`` do not."""
     for g in model.guidance_list() if hasattr(model, "guidance_list") else ():
-        if g.role in (Role.INSTANCE, Role.CAPSULE) or str(getattr(g.position, "value", "first")) not in ("first", "start"):
+        if g.role in (Role.INSTANCE, Role.CAPSULE) or str(getattr(g.position, "value", "first")) not in (
+            "first",
+            "start",
+        ):
             return True
     return False
 

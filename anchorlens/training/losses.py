@@ -37,7 +37,9 @@ def dataset_loss(
     """Mean classification loss of ``model`` over labelled ``examples`` (rendered by ``prompts``, default the
     task's template; labels scored by ``scoring``, ``sum`` or ``first_token``)."""
     task, model = get_task(task), as_model(model)
-    verbalizers = verbalizer_ids(model.base.tokenizer, task, resolve_scoring(scoring, [model], model.base.tokenizer, task))
+    verbalizers = verbalizer_ids(
+        model.base.tokenizer, task, resolve_scoring(scoring, [model], model.base.tokenizer, task)
+    )
     total, count = 0.0, 0
     for span in chunks(len(examples), batch_size):
         part = [examples[i] for i in span]
