@@ -385,7 +385,8 @@ def summary_markdown(doc: Document, grids: list[pd.DataFrame], details: list[pd.
     md.append("")
     for i, (table, grid) in enumerate(zip(doc.tables, grids), 1):
         md += [f"## {SECTIONS.get(table.key, table.title)}", "", f"**Table {i}: {table.title}.** {table.note}", ""]
-        md += [to_markdown(grid), "", *(f"- {line}" for line in table.after), *([""] if table.after else [])]
+        index = "pair" if table.key == "pairs" else "metric"
+        md += [to_markdown(grid, index), "", *(f"- {line}" for line in table.after), *([""] if table.after else [])]
     if doc.figures:
         md += ["## Figures", ""]
         md += [

@@ -76,4 +76,4 @@ def test_a_compare_with_three_checkpoints_writes_the_pairs(tmp_path, tiny_base):
         assert r.accuracy_b == pytest.approx(acc.loc[r.b, "mean"])
     assert np.isfinite(pairs["accuracy_a"]).all() and (pairs["n"] == 6).all()
     assert "Accuracy of every checkpoint against every other" in (out / "report.html").read_text()
-    assert "## Accuracy, every pair" in (out / "summary.md").read_text()
+    assert "## Accuracy, every pair" in (md := (out / "summary.md").read_text()) and "| pair | n |" in md
