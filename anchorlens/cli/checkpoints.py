@@ -9,6 +9,7 @@ import typer
 
 from anchorlens.cli.app import app
 from anchorlens.cli.options import cli_command
+from anchorlens.errors import UsageError
 
 
 def _validation(training: dict[str, Any]) -> str:
@@ -42,6 +43,9 @@ def checkpoints(
     name: Annotated[
         str | None, typer.Argument(help="A shipped checkpoint NAME@TASK (e.g. capsule@sst2): print its full record.")
     ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Only the checkpoints trained on this task (e.g. sst2).")
+    ] = None,
 ) -> None:
     """List the trained checkpoints shipped with anchorlens (use them as --ckpt NAME@TASK); or one's record."""
     from anchorlens.methods.shipped import list_checkpoints, shipped_checkpoint
@@ -50,6 +54,13 @@ def checkpoints(
         typer.echo(json.dumps(shipped_checkpoint(name).meta, indent=2))
         return
     shipped = list_checkpoints()
+    if task is not None:
+        tasks = sorted({c.task for c in shipped})
+        shipped = [c for c in shipped if c.task == task.strip().lower()]
+        if not shipped:
+            raise UsageError(
+                f"--task {task}: no shipped checkpoint was trained on it; shipped tasks: {', '.join(tasks)}"
+            )
     if not shipped:
         typer.echo("no trained checkpoints ship with this installation")
         return

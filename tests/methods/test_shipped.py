@@ -96,6 +96,9 @@ def test_checkpoints_command_lists_them_with_validation_accuracy():
         row = next(line for line in result.output.splitlines() if line.startswith(f"| {address} |"))
         acc = shipped_checkpoint(address).training["validation"]["accuracy"]
         assert f"{acc:.3f} [" in row and "(n=872)" in row
+    assert CliRunner().invoke(app, ["checkpoints", "--task", "sst2"]).output == result.output
+    other = CliRunner().invoke(app, ["checkpoints", "--task", "rte"])
+    assert other.exit_code == 2 and "shipped tasks: sst2" in other.output
     one = CliRunner().invoke(app, ["checkpoints", "capsule@sst2"])
     assert one.exit_code == 0 and json.loads(one.output)["training"]["validation"]["n"] == 872
 
