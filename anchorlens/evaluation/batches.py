@@ -11,7 +11,7 @@ import torch
 from anchorlens.capture.collect import PromptRenderer
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.rows import Row, append_tokens, fit_row, join_rows, split_rows, strip_trailing_specials
-from anchorlens.evaluation.verbalizers import Verbalizers, document_choices
+from anchorlens.evaluation.verbalizers import Verbalizers, common_prefix, document_choices
 from anchorlens.models.base import Base
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import Role
@@ -144,7 +144,7 @@ def _label_rows(
         longest = max(len(c) for c in conts[b])
         if max_length is not None:
             row = _fit(row, max_length, longest)
-        shared = len(_common_prefix_ids(conts[b]))
+        shared = len(common_prefix(conts[b]))
         answer_row.append(len(rows))
         answer_col.append(min(shared, len(conts[b][0]) - 1))
         for label, ids in enumerate(conts[b]):
@@ -176,16 +176,6 @@ def _label_rows(
         "answer_row": torch.tensor(answer_row, dtype=torch.long),
         "answer_col": torch.tensor(answer_col, dtype=torch.long),
     }
-
-
-def _common_prefix_ids(rows: Sequence[Sequence[int]]) -> list[int]:
-    """Longest token prefix shared by every row."""
-    out: list[int] = []
-    for column in zip(*rows):
-        if len(set(column)) != 1:
-            break
-        out.append(column[0])
-    return out
 
 
 def _seq2seq_batch(

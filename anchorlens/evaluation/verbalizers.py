@@ -18,6 +18,7 @@ Encoder-decoder scoring uses the whole verbalizer as the decoder target (``targe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,7 +64,7 @@ class Verbalizers:
         return self.scoring == "first_token" or all(len(p) == len(self.shared) + 1 for p in self.plain)
 
 
-def _common_prefix(rows: list[list[int]]) -> list[int]:
+def common_prefix(rows: Sequence[Sequence[int]]) -> list[int]:
     """Longest token prefix shared by every row."""
     out: list[int] = []
     for column in zip(*rows):
@@ -97,7 +98,7 @@ def verbalizer_ids(tokenizer: Any, task: Task, scoring: str = "sum") -> Verbaliz
     for w, ids in zip(words, plain):
         if not ids:
             raise UsageError(f"{where}: the verbalizer {w!r} tokenizes to nothing; give each label a non-empty answer")
-    shared = _common_prefix(plain)
+    shared = common_prefix(plain)
     texts = task.choice_texts if isinstance(task, HarnessTask) and task.choice_texts else words
     norm = tuple(norm_length(t) for t in texts)
     choice = tuple(ids[len(shared)] for ids in plain if len(ids) > len(shared))
