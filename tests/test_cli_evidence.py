@@ -60,7 +60,8 @@ def test_paired_csv_is_byte_identical_with_and_without_evidence(runs):
 def _direct(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per checkpoint, example, layer, measure, key: the value, straight from the metric rows (pandas only)."""
     heads = metrics[metrics["head"].notna()]
-    inputs = heads[~heads.query_role.isin(GUIDANCE | POOLED)]
+    # field groups (content:premise ...) split content's queries again: pooling them too would count those twice
+    inputs = heads[~heads.query_role.isin(GUIDANCE | POOLED) & ~heads.query_role.str.startswith("content:")]
     out = []
 
     def pooled(rows, measure, key):

@@ -81,11 +81,13 @@ def test_long_inputs_are_cut_to_max_length(tiny_base):
     batch = scoring_batch(base, task, ex, verbalizer_ids(base.tokenizer, task, "first_token"), max_length=40)
     assert batch.encoded.input_ids.shape[1] == 40
     assert batch.encoded.tokens[0][-2:] == ["answer", ":"]
-    verb = verbalizer_ids(base.tokenizer, task)  # " yes" is two tokens here: each label a row, prompt + answer
-    batch = scoring_batch(base, task, ex, verb, max_length=40)
+    cb = get_task("cb")  # " maybe" is several tokens here: each label a row, prompt + answer
+    verb = verbalizer_ids(base.tokenizer, cb)
+    long_cb = [dict(bundled_examples("cb", limit=1)[0], premise="word " * 300)]
+    batch = scoring_batch(base, cb, long_cb, verb, max_length=40)
     assert batch.per_row and batch.encoded.input_ids.shape[1] == 40
-    yes = len(verb.plain[0])
-    assert batch.encoded.tokens[0][-yes - 2 : -yes] == ["answer", ":"]
+    maybe = len(verb.plain[2])  # the longest answer's row fills the 40 positions: input cut to 40 - its length
+    assert maybe > 1 and batch.encoded.tokens[2][-maybe - 2 : -maybe] == ["answer", ":"]
 
 
 def test_predict_table_columns(tiny_base):
