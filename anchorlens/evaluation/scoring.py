@@ -79,17 +79,22 @@ def answer_scores(model: Scorable, batch: ScoringBatch, verbalizers: Verbalizers
     return scores, torch.log_softmax(first.float(), dim=-1)
 
 
+def _sees_appended_answer(guidance: Any) -> bool:
+    """Whether ``guidance`` would see an answer appended to the input: the instance token and the capsule summarise
+    every input position, and a guidance placed relative to the input's end (``last``, ``middle``, an index) would
+    sit after or among it. Prompts at ``first``/``start`` do not."""
+    position = str(getattr(guidance.position, "value", "first"))
+    return guidance.role in (Role.INSTANCE, Role.CAPSULE) or position not in ("first", "start")
+
+
+def _guidances(model: Any) -> list[Any]:
+    """The inserting guidances of ``model`` (none for a bare base)."""
+    return model.guidance_list() if hasattr(model, "guidance_list") else []
+
+
 def reads_appended_answer(model: Any) -> bool:
-    """Whether a guidance of ``model`` would see an answer appended to the input: the instance token and the capsule
-    summarise every input position, and a guidance placed relative to the input's end (``last``, ``middle``, an
-    index) would sit after or among it. Prompts at ``first``/``start`` do not."""
-    for g in model.guidance_list() if hasattr(model, "guidance_list") else ():
-        if g.role in (Role.INSTANCE, Role.CAPSULE) or str(getattr(g.position, "value", "first")) not in (
-            "first",
-            "start",
-        ):
-            return True
-    return False
+    """Whether some guidance of ``model`` would see an answer appended to the input (:func:`_sees_appended_answer`)."""
+    return any(_sees_appended_answer(g) for g in _guidances(model))
 
 
 def resolve_scoring(scoring: str, models: Iterable[Any], tokenizer: Any, task: Any) -> str:
@@ -110,24 +115,14 @@ def resolve_scoring(scoring: str, models: Iterable[Any], tokenizer: Any, task: A
 
 
 def check_row_guidance(model: Scorable) -> None:
-    """UsageError when a guidance would see the answer a label row appends to the input (:func:`reads_appended_answer`)."""
-    for g in model.guidance_list() if hasattr(model, "guidance_list") else ():
-        if reads_appended_answer(_One(g)):
+    """UsageError when a guidance would see the answer a label row appends to the input (:func:`_sees_appended_answer`)."""
+    for g in _guidances(model):
+        if _sees_appended_answer(g):
             raise UsageError(
                 f"{g.config}: scoring answers of several tokens appends each answer to the input, which this guidance "
                 "would read or follow; score the first distinguishing token (scoring='first_token') or give the task "
                 "one-token answers"
             )
-
-
-class _One:
-    """A model stand-in holding one guidance (for :func:`reads_appended_answer`)."""
-
-    def __init__(self, guidance: Any) -> None:
-        self.guidance = guidance
-
-    def guidance_list(self) -> list[Any]:
-        return [self.guidance]
 
 
 def _row_scores(model: Scorable, batch: ScoringBatch) -> tuple[torch.Tensor, torch.Tensor]:
