@@ -6,13 +6,15 @@
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
 
 from anchorlens.errors import UnknownNameError, UsageError
+from anchorlens.methods.knockout import MOST_INDICES, count_indices, range_outside, span_text
 from anchorlens.models.adapters.site import Site
 
-__all__ = ["Selection", "Site", "parse_heads", "parse_indices", "parse_layers"]
+__all__ = ["IndexRanges", "Selection", "Site", "parse_heads", "parse_indices", "parse_layers", "parse_ranges"]
 
 
 def _normalize(index: int, size: int) -> int:
@@ -20,8 +22,65 @@ def _normalize(index: int, size: int) -> int:
     return index + size if index < 0 else index
 
 
-def _check_range(flag: str, indices: tuple[int, ...], size: int, what: str) -> None:
-    """UsageError naming the valid range when an index falls outside ``-size..size-1``."""
+@dataclass(frozen=True, eq=False)
+class IndexRanges(Sequence[int]):
+    """Indices as the inclusive ranges a flag wrote (``--layers 0,5-8,-1``), not expanded: a range such as
+    ``0-1000000000`` costs nothing until it is checked against a model (:meth:`outside`); iterating it builds the
+    indices, refused (one line) past more than any model has (the knockout's bound, ``MOST_INDICES``)."""
+
+    flag: str
+    text: str
+    spans: tuple[tuple[int, int], ...]
+
+    def __len__(self) -> int:
+        """How many indices (counted, not built)."""
+        return count_indices(self.spans)
+
+    def __iter__(self) -> Iterator[int]:
+        """The indices in written order; UsageError naming the flag when they are more than any model has."""
+        if len(self) > MOST_INDICES:
+            raise UsageError(
+                f"{self.flag} {self.text} names {len(self):,} indices, more than any model has; give indices within "
+                "the model's"
+            )
+        for first, last in self.spans:
+            yield from range(first, last + 1)
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        """One index, or a slice as a tuple (built: bounded as :meth:`__iter__`)."""
+        return tuple(self)[index]
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to indices (ranges, a tuple or a list) that are the same in the same order."""
+        if not isinstance(other, (IndexRanges, tuple, list)) or len(other) != len(self):
+            return False
+        return tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        """The hash of the spans (a tuple of the same indices may hash differently)."""
+        return hash(self.spans)
+
+    def outside(self, size: int) -> tuple[int, int] | None:
+        """The first written range not within ``-size..size-1`` (None when all are), found without expanding any."""
+        return range_outside(self.spans, -size, size - 1)
+
+
+def _check_range(flag: str, indices: Sequence[int], size: int, what: str) -> None:
+    """UsageError naming the valid range when an index falls outside ``-size..size-1``; ranges as written
+    (:class:`IndexRanges`) are checked as ranges first, naming the range, before any index is built."""
+    if isinstance(indices, IndexRanges):
+        flag = indices.flag
+        bad = indices.outside(size)
+        if bad is not None:
+            raise UsageError(
+                f"{flag} {span_text(*bad)} is out of range: this base has {size} {what} (0..{size - 1}, or -{size}..-1)"
+            )
     for index in indices:
         if not -size <= index < size:
             raise UsageError(
@@ -30,7 +89,7 @@ def _check_range(flag: str, indices: tuple[int, ...], size: int, what: str) -> N
 
 
 def _check_attention(
-    layers: tuple[int, ...],
+    layers: Sequence[int],
     stacks: Collection[str],
     layers_per_stack: Mapping[str, int],
     attention_layers: Mapping[str, Collection[int]],
@@ -54,13 +113,21 @@ class Selection:
 
     stacks: stack names; layers: layer indices (negative counts from the end); heads: head indices
     (negative counts from the end); names: glob patterns over site names (``"decoder.*"``,
-    ``"encoder.1[0-2]"``). :meth:`validate` checks the indices against a model.
+    ``"encoder.1[0-2]"``). :meth:`validate` checks the indices against a model. Layers and heads given as the
+    ranges a flag wrote (:class:`IndexRanges`, from :func:`parse_ranges`) are checked as ranges there, then become
+    plain tuples.
     """
 
     stacks: tuple[str, ...] | None = None
     layers: tuple[int, ...] | None = None
     heads: tuple[int, ...] | None = None
     names: tuple[str, ...] | None = None
+
+    @classmethod
+    def written(cls, layers: IndexRanges | None = None, heads: IndexRanges | None = None, **kw: Any) -> Selection:
+        """A selection of layers and heads as written on the command line, expanded only once :meth:`validate`
+        has checked them against a model."""
+        return cls(layers=layers, heads=heads, **kw)  # type: ignore[arg-type]  # tuples once validated
 
     def validate(
         self,
@@ -86,6 +153,14 @@ class Selection:
                 _check_attention(self.layers, stacks, layers_per_stack, attention_layers)
         if self.heads is not None and num_heads is not None:
             _check_range("--heads", self.heads, num_heads, "heads")
+        self._expand()
+
+    def _expand(self) -> None:
+        """Ranges as written (checked by :meth:`validate`) become the tuples of indices they name."""
+        for name in ("layers", "heads"):
+            value = getattr(self, name)
+            if isinstance(value, IndexRanges):
+                object.__setattr__(self, name, tuple(value))  # frozen: the same selection, its indices built
 
     def head_indices(self, num_heads: int) -> tuple[int, ...] | None:
         """The selected heads as ``0..num_heads-1`` (negative ones counted from the end), or None for all."""
@@ -106,11 +181,12 @@ class Selection:
         return True
 
 
-def parse_indices(text: str | None, flag: str = "--layers") -> tuple[int, ...] | None:
-    """Parse ``"0,2,5-8,-1"`` into indices; None or ``"all"`` means all. UsageError names ``flag`` on bad text."""
+def parse_ranges(text: str | None, flag: str = "--layers") -> IndexRanges | None:
+    """Parse ``"0,2,5-8,-1"`` into the ranges written, not expanded (:class:`IndexRanges`); None or ``"all"`` means
+    all. UsageError names ``flag`` on bad text or a reversed range."""
     if text is None or text.strip().lower() in ("", "all"):
         return None
-    out: list[int] = []
+    spans: list[tuple[int, int]] = []
     for part in text.split(","):
         part = part.strip()
         try:
@@ -119,14 +195,22 @@ def parse_indices(text: str | None, flag: str = "--layers") -> tuple[int, ...] |
                 lo, hi = int(part[:cut]), int(part[cut + 1 :])
                 if hi < lo:
                     raise UsageError(f"{flag} {part} is a reversed range: write {hi}-{lo}")
-                out.extend(range(lo, hi + 1))
+                spans.append((lo, hi))
             else:
-                out.append(int(part))
+                spans.append((int(part), int(part)))
         except ValueError as err:
             if isinstance(err, UsageError):
                 raise
             raise UsageError(f"{flag} {text!r} is not a list of indices: write e.g. 0,2,5-8,-1") from None
-    return tuple(out)
+    return IndexRanges(flag, text.strip(), tuple(spans))
+
+
+def parse_indices(text: str | None, flag: str = "--layers") -> tuple[int, ...] | None:
+    """Parse ``"0,2,5-8,-1"`` into indices; None or ``"all"`` means all. UsageError names ``flag`` on bad text, and
+    on more indices than any model has (refused before they are built; :func:`parse_ranges` keeps them as ranges
+    for a check against the model)."""
+    ranges = parse_ranges(text, flag)
+    return None if ranges is None else tuple(ranges)
 
 
 def parse_layers(text: str | None) -> tuple[int, ...] | None:

@@ -14,6 +14,7 @@ from anchorlens.cli.options import (
     ModelOptions,
     OutputOptions,
     OwnBaseModelOptions,
+    ScoringOptions,
     TrainingOptions,
     TruncatedDataOptions,
     cli_command,
@@ -132,6 +133,7 @@ def evaluate(
     data: TruncatedDataOptions,
     batch: BatchOptions,
     output: OutputOptions = OutputOptions(None),  # type: ignore[arg-type]  # no --out: print only
+    answers: ScoringOptions = ScoringOptions(),
 ) -> None:
     """Accuracy (and the task's metrics) of a checkpoint; per-example predictions saved with --out."""
     reads = [ckpt, model.base, *data.sources]
@@ -153,20 +155,32 @@ def evaluate(
             force=output.force,
             progress=True,
             allow_other_base=model.allow_other_base,
+            **answers.workflow_kwargs(),
             **data.input_kwargs(),
         )
     finally:
         if claim is not None:
             claim.release()
-    m = result.metrics
+    typer.echo(evaluation_line(ckpt, result.metrics))
+
+
+def evaluation_line(ckpt: str, m: dict) -> str:
+    """evaluate's summary: accuracy with its CI, acc_norm with its CI when the whole answers were scored (sum), the
+    number of examples, the label NLL and the task's own metrics, and the scoring used."""
     lo, hi = m["accuracy_ci95"]
-    extra = "  ".join(f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m)
+    norm = ""
+    if m.get("scoring") == "sum" and "acc_norm" in m:
+        norm_lo, norm_hi = m.get("acc_norm_ci95", (float("nan"), float("nan")))
+        norm = f"  acc_norm {m['acc_norm']:.3f} [{norm_lo:.3f}, {norm_hi:.3f}]"
+    extra = [f"{k}={m[k]:.3f}" for k in ("macro_f1", "f1a", "em") if k in m]
     if "label_nll" in m:
         nll_lo, nll_hi = m["label_nll_ci95"]
-        extra = f"label NLL {m['label_nll']:.3f} [{nll_lo:.3f}, {nll_hi:.3f}]  {extra}"
-    typer.echo(
-        f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}] "
-        f"(n={m['num_examples']}) {extra}".rstrip()
+        extra.insert(0, f"label NLL {m['label_nll']:.3f} [{nll_lo:.3f}, {nll_hi:.3f}]")
+    if m.get("scoring"):
+        extra.append(f"scoring {m['scoring']}")
+    return (
+        f"{ckpt} on {m['task']}: accuracy {m['accuracy']:.3f} [{lo:.3f}, {hi:.3f}]{norm} "
+        f"(n={m['num_examples']}) {'  '.join(extra)}".rstrip()
     )
 
 

@@ -26,6 +26,7 @@ from anchorlens.cli.options import (
     MeanMapOptions,
     ModelOptions,
     OutputOptions,
+    ScoringOptions,
     SelectionOptions,
     TruncatedDataOptions,
     ckpt_inputs,
@@ -144,6 +145,7 @@ def compare(
     figures: FigureOptions = FigureOptions(),
     evidence: EvidenceOptions = EvidenceOptions(),
     mean_maps: MeanMapOptions = MeanMapOptions(),
+    answers: ScoringOptions = ScoringOptions(),
     map_example: Annotated[
         int,
         typer.Option(
@@ -174,7 +176,7 @@ def compare(
         spec = evidence.spec()
         _compare(
             ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec, output.out, chunk_size,
-            mean_maps.workflow_kwargs(),
+            mean_maps.workflow_kwargs(), answers.scoring,
         )  # fmt: skip
     finally:
         if claim is not None:
@@ -195,6 +197,7 @@ def _compare(
     out: Path | None = None,
     chunk_size: int = 32,
     mean_maps: dict | None = None,
+    scoring: str = "auto",
 ) -> None:
     """Run the comparison (sharded under torchrun: every rank's chunks go to --out) and let rank 0 write it into the
     claimed --out."""
@@ -218,6 +221,7 @@ def _compare(
                 shard_dir=claim if claim is not None else out,  # a rerun resumes
                 chunk_size=chunk_size,
                 **(mean_maps or {}),
+                scoring=scoring,
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )

@@ -276,10 +276,14 @@ class SelectionOptions:
     heads: Annotated[str | None, typer.Option("--heads", help="Heads to capture, e.g. 0-3 (default all).")] = None
 
     def selection(self):
-        """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError naming the flag for bad syntax."""
-        from anchorlens.capture.selection import Selection, parse_heads, parse_layers
+        """The parsed :class:`~anchorlens.capture.selection.Selection`; UsageError naming the flag for bad syntax.
+        Ranges stay as written until the model is loaded (``--layers 0-1000000000`` is checked against its layers,
+        never expanded)."""
+        from anchorlens.capture.selection import Selection, parse_ranges
 
-        return Selection(layers=parse_layers(self.layers), heads=parse_heads(self.heads))
+        return Selection.written(
+            layers=parse_ranges(self.layers, "--layers"), heads=parse_ranges(self.heads, "--heads")
+        )
 
 
 @dataclass(frozen=True)
@@ -442,10 +446,49 @@ class MeanMapOptions:
     ] = None
 
     def workflow_kwargs(self) -> dict[str, Any]:
-        """``map_examples`` and the parsed ``map_layers`` for :func:`~anchorlens.workflows.compare.compare`."""
-        from anchorlens.capture.selection import parse_indices
+        """``map_examples`` and the parsed ``map_layers`` for :func:`~anchorlens.workflows.compare.compare` (ranges
+        as written, checked against the model before any index is built)."""
+        from anchorlens.capture.selection import parse_ranges
 
-        return {"map_examples": self.map_examples, "map_layers": parse_indices(self.map_layers, "--map-layers")}
+        return {"map_examples": self.map_examples, "map_layers": parse_ranges(self.map_layers, "--map-layers")}
+
+
+# anchorlens.evaluation.verbalizers' AUTO and SCORINGS, here so --help and the check need no torch (a test keeps them equal)
+SCORING_NAMES: tuple[str, ...] = ("auto", "sum", "first_token")
+
+
+def scoring_name(text: str) -> str:
+    """A parser for ``--scoring``: one of :data:`SCORING_NAMES` (any case, ``first-token`` for ``first_token``);
+    BadParameter naming them otherwise."""
+    name = str(text).strip().lower().replace("-", "_")
+    if name not in SCORING_NAMES:
+        raise typer.BadParameter(
+            f"{str(text)!r} is not a scoring method; use auto (sum, or first_token where a guidance would see the "
+            "appended answer), sum (the whole answer's log-likelihood: acc and acc_norm) or first_token (the first "
+            "distinguishing token)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How answers are scored: every command that ranks a task's labels (evaluate, compare's task effects)."""
+
+    scoring: Annotated[
+        str,
+        typer.Option(
+            "--scoring",
+            parser=scoring_name,
+            metavar="auto|sum|first_token",
+            help="How labels are ranked: sum (the whole answer's log-likelihood, lm-evaluation-harness acc and "
+            "acc_norm), first_token (the first distinguishing token's log-probability) or auto (sum, unless a "
+            "guidance would see the appended answer: first_token).",
+        ),
+    ] = "auto"
+
+    def workflow_kwargs(self) -> dict[str, Any]:
+        """``scoring`` as a workflow keyword."""
+        return {"scoring": self.scoring}
 
 
 EVIDENCE_HELP = (
@@ -507,6 +550,7 @@ GROUPS: tuple[type, ...] = (
     FigureOptions,
     MeanMapOptions,
     EvidenceOptions,
+    ScoringOptions,
     TrainingOptions,
 )
 

@@ -19,7 +19,10 @@ def task_metrics(predictions: pd.DataFrame, task: str | Task, *, n_boot: int = 2
     _, low, high = bootstrap_ci(rows["correct"].astype(float).to_numpy(), n_boot=n_boot, seed=seed)
     out: dict = {"n": len(rows), "accuracy": accuracy(labels, preds), "accuracy_ci95": [low, high]}
     if "correct_norm" in rows:  # lm-evaluation-harness acc_norm: log-likelihood per character of the answer
-        out["acc_norm"] = float(rows["correct_norm"].astype(float).mean()) if len(rows) else float("nan")
+        out["acc_norm"], low, high = bootstrap_ci(
+            rows["correct_norm"].astype(float).to_numpy(), n_boot=n_boot, seed=seed
+        )
+        out["acc_norm_ci95"] = [low, high]
     nll = _label_nll(rows)
     if nll is not None:  # -log p(gold verbalizer) (its whole continuation), as compare's task effects report it
         out["label_nll"], low, high = bootstrap_ci(nll, n_boot=n_boot, seed=seed)

@@ -59,7 +59,7 @@ _FIRST = "first"
 _POS = "pos="
 
 
-_MOST_INDICES = 1 << 16  # more layers or heads than any model has: a longer list is refused before it is built
+MOST_INDICES = 1 << 16  # more layers or heads than any model has: a longer list is refused before it is built
 
 
 def parse_index_ranges(text: str, what: str) -> tuple[tuple[int, int], ...] | None:
@@ -90,7 +90,7 @@ def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
     ranges = parse_index_ranges(text, what)
     if ranges is None:
         return None
-    if sum(last - first + 1 for first, last in ranges) > _MOST_INDICES:
+    if count_indices(ranges) > MOST_INDICES:
         raise UsageError(
             f"knockout: {what}={text.strip()} names more {what} than any model has; give indices within the model's "
             f"{what}"
@@ -98,7 +98,18 @@ def parse_index_list(text: str, what: str) -> tuple[int, ...] | None:
     return tuple(sorted({i for first, last in ranges for i in range(first, last + 1)}))
 
 
-def _span(first: int, last: int) -> str:
+def count_indices(ranges: Sequence[tuple[int, int]]) -> int:
+    """How many indices the inclusive ``ranges`` name (counted, not built)."""
+    return sum(last - first + 1 for first, last in ranges)
+
+
+def range_outside(ranges: Sequence[tuple[int, int]], low: int, high: int) -> tuple[int, int] | None:
+    """The first inclusive range of ``ranges`` not within ``low..high`` (None when all are): the check of a range as
+    written against a model's layers or heads, before any index of it is built."""
+    return next(((first, last) for first, last in ranges if first < low or last > high), None)
+
+
+def span_text(first: int, last: int) -> str:
     """A range as written (``0-1000000000``, ``5``)."""
     return str(first) if first == last else f"{first}-{last}"
 
@@ -215,19 +226,19 @@ class Knockout(Guidance):
         self.stacks = tuple(adapter.stacks())
         self.layers = {s: adapter.num_layers(base.model, s) for s in self.stacks}
         most = max(self.layers.values())
-        for first, last in parse_index_ranges(self.config.layers, "layers") or ():  # checked before any is built
-            if first < 0 or last >= most:
-                raise UsageError(
-                    f"{self.describe()}: layers {_span(first, last)} is outside the model; {base.spec} has {most} "
-                    f"layers (0-{most - 1})"
-                )
+        bad = range_outside(parse_index_ranges(self.config.layers, "layers") or (), 0, most - 1)  # none built yet
+        if bad is not None:
+            raise UsageError(
+                f"{self.describe()}: layers {span_text(*bad)} is outside the model; {base.spec} has {most} "
+                f"layers (0-{most - 1})"
+            )
         self.num_heads = int(base.num_heads)
-        for first, last in parse_index_ranges(self.config.heads, "heads") or ():
-            if first < 0 or last >= self.num_heads:
-                raise UsageError(
-                    f"{self.describe()}: heads {_span(first, last)} is outside the model; {base.spec} has "
-                    f"{self.num_heads} heads per layer (0-{self.num_heads - 1})"
-                )
+        bad = range_outside(parse_index_ranges(self.config.heads, "heads") or (), 0, self.num_heads - 1)
+        if bad is not None:
+            raise UsageError(
+                f"{self.describe()}: heads {span_text(*bad)} is outside the model; {base.spec} has "
+                f"{self.num_heads} heads per layer (0-{self.num_heads - 1})"
+            )
         self.bound = True
 
     def check_reach(self, lengths: Sequence[int], inserted: int = 0) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 from anchorlens.errors import DataError
 from anchorlens.roles.templates import Rendered, literal
+from anchorlens.rundir import examples_digest
 from anchorlens.tasks.explode import Row
 from anchorlens.tasks.task import Task
 
@@ -71,6 +72,19 @@ class Demonstrations:
             f"with idx {query.get('idx')!r} (the others show the same text); lower --shots or drop duplicate rows"
         )
 
+    def facts(self) -> dict[str, Any]:
+        """What decides every query's draw, for a manifest and a resume key: the shots, the seed, the pool's source,
+        size and digest (:func:`~anchorlens.rundir.examples_digest`: a file's content and selection, else the
+        rows), and whether the pool is the evaluated data."""
+        return {
+            "shots": self.shots,
+            "seed": self.seed,
+            "source": self.source,
+            "pool_size": len(self.pool),
+            "pool_digest": examples_digest(self.pool),
+            "same_as_queries": self.same_as_queries,
+        }
+
     def _shown(self, example: Mapping[str, Any]) -> tuple:
         """What a prompt shows of ``example``: its template fields' values (every field but the bookkeeping ones when
         the template names none)."""
@@ -83,9 +97,10 @@ _BOOKKEEPING = frozenset({"idx", "label", "labelled"})
 
 
 def render_demo(task: Task, demo: Row) -> Rendered:
-    """One demonstration: the template with role ``demo`` and the verbalizer of its label with ``demo_label``."""
+    """One demonstration: the template with role ``demo`` and its answer with ``demo_label`` (its label's verbalizer,
+    or its own choice at its label when choices vary per document: :meth:`~anchorlens.tasks.task.Task.example_answer`)."""
     body = task.template.render(demo).with_role(DEMO)
-    answer = literal(task.verbalizer(demo["label"]), DEMO_LABEL, DEMO_LABEL, slot=True)
+    answer = literal(task.example_answer(demo), DEMO_LABEL, DEMO_LABEL, slot=True)
     return Rendered.join([body, answer])
 
 

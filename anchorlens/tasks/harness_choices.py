@@ -53,8 +53,23 @@ class HarnessTask(Task):
         if self.choices_of is None:
             return super().verbalizer(value)
         raise UsageError(
-            f"task {self.name}: its choices vary per document, so demonstrations cannot show an answer; use --shots 0"
+            f"task {self.name}: its choices vary per document, so a label's answer text needs its document "
+            "(example_answer)"
         )
+
+    def example_answer(self, example: Mapping[str, Any]) -> str:
+        """``target_delimiter`` + the example's own choice at its label (choices per document), as the harness
+        writes a demonstration's answer; else the label's verbalizer. DataError when the label is no choice of it."""
+        choices = self.example_choices(example)
+        if choices is None:
+            return super().example_answer(example)
+        label = example["label"]
+        if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(choices):
+            raise DataError(
+                f"task {self.name}: example {example.get('idx')!r} has label {label!r}, not one of its "
+                f"{len(choices)} choices"
+            )
+        return self.target_delimiter + choices[label]
 
     def example_choices(self, example: Mapping[str, Any]) -> list[str] | None:
         """The document's choices (without ``target_delimiter``) when they vary per document, else None."""

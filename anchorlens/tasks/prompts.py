@@ -145,6 +145,11 @@ class Prompts:
             return None
         return self.layout.template.facts()
 
+    def demonstrations(self) -> dict[str, Any] | None:
+        """The few-shot draw (shots, seed, the pool's source, size and digest; None without shots): what a manifest
+        records and a resume key hashes, so that a resume whose demonstrations would differ is refused."""
+        return None if self.demos is None else self.demos.facts()
+
     def describe(self) -> dict[str, Any]:
         """The roles and prompt options for a run's manifest."""
         return {"roles": self.roles.to_json(), **self.options.describe()}

@@ -200,6 +200,11 @@ class Task:
         """Answer text for a label value."""
         return self.verbalizers[self.label_index(value)]
 
+    def example_answer(self, example: Mapping[str, Any]) -> str:
+        """The answer text of a labelled example (what a few-shot demonstration shows after its template): the
+        verbalizer of its ``label``."""
+        return self.verbalizer(example["label"])
+
     def describe_source(self) -> dict[str, Any]:
         """``{"name", "source", "sha256", "kind", "fields", "label_field", "labels", "roles"}`` for a run's manifest
         (labels as ``[value, verbalizer]`` pairs)."""

@@ -74,6 +74,7 @@ def prepare_out(claim: OutClaim, run_key: str, force: bool, facts: dict) -> Prog
 
 _FACT_NAMES = {
     "chat_template": "the chat template",
+    "demonstrations": "the few-shot demonstrations",
     "prompt": "the prompt options",
     "base_fingerprint": "the base model's weights",
     "data_digest": "the data",
@@ -151,7 +152,8 @@ def run_identity(
     seed: int,
 ) -> tuple[str, dict]:
     """(run key, facts) of ``model`` (a GuidedModel: its base and anchors count): everything that changes the result,
-    hashed; OUT path and world size excluded."""
+    hashed (the chat template, the few-shot draw and its pool's digest included); OUT path and world size
+    excluded."""
     base = model.base
     facts = {
         "spec": ckpt,
@@ -164,6 +166,7 @@ def run_identity(
         "prompt": prompts.options.describe(),
         "chat_template": prompts.chat_template(),
         "data_digest": examples_digest(inputs.examples),
+        **({"demonstrations": demos} if (demos := prompts.demonstrations()) is not None else {}),
         "n_examples": len(rows),
         "selection": dataclasses.asdict(selection),
         "reducers": [{"name": r.name, "options": r.state_options()} for r in reducers],

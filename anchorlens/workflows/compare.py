@@ -19,7 +19,7 @@ from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
 from anchorlens.capture.run import check_selection
-from anchorlens.capture.selection import Selection
+from anchorlens.capture.selection import IndexRanges, Selection
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import effects_table, example_effects
 from anchorlens.heap import release_free_memory
@@ -158,6 +158,7 @@ def compare(
     shard_dir: str | Path | OutClaim | None = None,
     map_examples: int = MAP_EXAMPLES,
     map_layers: Sequence[int] | None = None,
+    scoring: str = "auto",
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -178,6 +179,9 @@ def compare(
     ``shard_dir``: where each chunk's rows are saved as it finishes (the run's --out, or a claim on it;
     :mod:`~anchorlens.workflows.compare_ranks`), so the same call after a kill computes only the unsaved chunks;
     required under torchrun, where each rank saves its own and only rank 0's result holds the statistics.
+    ``scoring``: how the task effects rank a labelled task's answers (``sum``, ``first_token`` or ``auto``, one for
+    every checkpoint: :func:`~anchorlens.evaluation.scoring.resolve_scoring`); ``facts["scoring"]`` records the one
+    used (None for a task without labels).
     ``map_examples``/``map_layers``: the StreamingLLM-style maps (``mean_maps``) average the chosen layers (default:
     0, 1, the middle and the last) over the first ``map_examples`` examples; 0 computes none.
     """
@@ -206,10 +210,11 @@ def compare(
         allow_other_base=allow_other_base,
         batch_size=batch_size,
     )
+    ranked = effects_scoring(scoring, models, shared, inputs)
     for model in models.values():
         check_selection(model, selection)
         if map_layers is not None:
-            check_selection(model, Selection(layers=tuple(map_layers)))  # before any capture, not after it
+            check_selection(model, Selection(layers=as_written(map_layers)))  # before any capture, not after it
         model.check_roles(prompts.roles)
         validate_positions(model, rows, prompts, batch_size)
     exactness = {
@@ -231,7 +236,7 @@ def compare(
         knocked_out={name: [ko.config.keys for ko in getattr(models[name], "knockout_list", list)()] for name in names},
     ) as summaries:  # on any error its metrics writer is dropped, never left to fail again at exit
         ranks = open_ranks(shard_dir, specs, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
-                           chunk_size=chunk_size, max_length=max_length, dtype=dtype)  # fmt: skip
+                           chunk_size=chunk_size, max_length=max_length, dtype=dtype, scoring=ranked)  # fmt: skip
         maps, params = {}, {}
         clock = time.perf_counter()
         for index, (name, model) in enumerate(models.items()):
@@ -265,6 +270,7 @@ def compare(
                 batch_size=batch_size,
                 max_length=max_length,
                 window=effect_span(batch_size, chunk_size),  # the ranks' shards: the same batches either way
+                scoring=ranked or "auto",
             )
         )
         if ranks is not None and ranks.rank != 0:  # rank 0 holds every example's rows and computes the statistics
@@ -304,6 +310,7 @@ def compare(
         "dtype": dtype_name(dtype),  # the rounding tolerance of every paired test is this dtype's
         "checkpoint_specs": dict(zip(names, specs)),  # each name (--ckpt NAME=SPEC, or the spec's own) -> its spec
         "roles": prompts.roles.to_json(),
+        "scoring": ranked,  # how the task effects ranked the answers: sum or first_token (None: no labels)
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
         **({"evidence": evidence_record(default_reducers(roles=prompts.roles, extra=extra))} if extra else {}),
         **inputs.facts(prompts),
@@ -324,6 +331,24 @@ def compare(
         mean_maps=mean_maps,
         **statistics,
     )
+
+
+def as_written(layers: Sequence[int]) -> tuple[int, ...]:
+    """``layers`` for a :class:`Selection`: ranges as written (``--map-layers``) kept unexpanded for its check
+    against the model, other indices as a tuple."""
+    return layers if isinstance(layers, IndexRanges) else tuple(layers)  # type: ignore[return-value]
+
+
+def effects_scoring(scoring: str, models: Mapping[str, Any], base: Any, inputs: Inputs) -> str | None:
+    """The scoring the task effects use (``sum`` or ``first_token``, one for every checkpoint), None for a task
+    without labels; UsageError (one line) for an unknown ``scoring``, before any capture."""
+    from anchorlens.evaluation.scoring import resolve_scoring
+    from anchorlens.workflows.evaluate import check_scoring
+
+    check_scoring(scoring)
+    if not inputs.task.has_labels:
+        return None
+    return resolve_scoring(scoring, models.values(), base.tokenizer, inputs.task)
 
 
 def _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):

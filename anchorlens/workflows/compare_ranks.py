@@ -75,14 +75,17 @@ class RankRun:
         batch_size: int,
         claim: OutClaim | None = None,
         owned: bool = False,
+        scoring: str | None = None,
     ) -> None:
-        """``claim``: rank 0's claim on OUT; ``owned``: taken here (Python API), so released once read back."""
+        """``claim``: rank 0's claim on OUT; ``owned``: taken here (Python API), so released once read back;
+        ``scoring``: how the task effects rank answers (``sum``/``first_token``; None: ``auto``)."""
         self.store = store
         self.chunks = chunk_indices(n_examples, chunk_size)
         self.spans = chunk_indices(n_examples, effect_span(batch_size, chunk_size))
         self.n_checkpoints = n_checkpoints
         self.batch_size = batch_size
         self.claim, self.owned = claim, owned
+        self.scoring = scoring or "auto"
         info = rt.dist_info()
         self.rank, self.world = info.rank, info.world_size
 
@@ -150,8 +153,9 @@ class RankRun:
         def compute(ids: Sequence[int]) -> pd.DataFrame:
             part = [rows[i] for i in ids]
             frame = example_effects(
-                models, part, task, prompts, batch_size=self.batch_size, max_length=max_length, window=len(part)
-            )
+                models, part, task, prompts, batch_size=self.batch_size, max_length=max_length, window=len(part),
+                scoring=self.scoring,
+            )  # fmt: skip
             return frame.assign(example=frame["example"].astype("int64") + ids[0])
 
         self._compute(shards, compute)
@@ -187,11 +191,13 @@ def open_ranks(
     chunk_size: int,
     max_length: int | None,
     dtype: str | None,
+    scoring: str | None = None,
 ) -> RankRun | None:
     """Compare's shard store in ``where`` (the run's --out; rank 0 passes its claim on it), or None when ``where`` is
     None in one process (chunks go straight to the statistics, nothing resumes). With a store, one process saves its
     chunks as a rank of one does, so a killed run rerun with the same arguments computes only the unsaved chunks.
-    Ranks holding different arguments or --out are refused in one line on every rank."""
+    Ranks holding different arguments or --out are refused in one line on every rank. ``scoring``: the task
+    effects' (resolved) scoring, part of the run key and its facts."""
     if where is None and not distributed():
         return None
     if where is None:
@@ -222,7 +228,7 @@ def open_ranks(
                 seed=0,
             )  # fmt: skip
         )
-    key = hashlib.sha256(json.dumps(["compare", [k for k, _ in identities]]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps(["compare", [k for k, _ in identities], scoring]).encode()).hexdigest()[:16]
     rt.check_same_on_every_rank(
         f"run key {key}, --out {out}",
         "their run (the arguments that change the result, or --out)",
@@ -239,7 +245,7 @@ def open_ranks(
             if claim.state == "finished":
                 claim.release()
                 raise UsageError(f"{out} already holds a finished run; choose another folder")
-        facts = {"kind": "compare", "checkpoints": [f for _, f in identities]}
+        facts = {"kind": "compare", "checkpoints": [f for _, f in identities], "scoring": scoring}
         return prepare_out(claim, key, claim.force, facts)
 
     store = rt.agree(prepare)
@@ -252,4 +258,5 @@ def open_ranks(
         batch_size=batch_size,
         claim=claim,
         owned=owned,
+        scoring=scoring,
     )

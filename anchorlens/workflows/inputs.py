@@ -46,8 +46,11 @@ class Inputs:
             pool_is_queries=self.pool_is_data,
         )
 
-    def predict(self, model: Any, *, batch_size: int, max_length: int | None, progress: bool = False) -> Any:
-        """Predictions of ``model`` on these examples, rendered by these inputs' prompts for its tokenizer."""
+    def predict(
+        self, model: Any, *, batch_size: int, max_length: int | None, progress: bool = False, scoring: str = "auto"
+    ) -> Any:
+        """Predictions of ``model`` on these examples, rendered by these inputs' prompts for its tokenizer, labels
+        ranked by ``scoring`` (:func:`~anchorlens.evaluation.predict`)."""
         from anchorlens.evaluation import predict
 
         return predict(
@@ -58,17 +61,21 @@ class Inputs:
             max_length=max_length,
             progress=progress,
             prompts=self.prompts(model.base.tokenizer),
+            scoring=scoring,
         )
 
     def facts(self, prompts: Prompts | None = None) -> dict[str, Any]:
         """The task, data and prompt facts a run records in its manifest; with the run's ``prompts``, the chat
-        template it rendered with too (text, sha256, name, source, arguments)."""
+        template it rendered with too (text, sha256, name, source, arguments) and its few-shot draw (shots, seed,
+        the pool's source and digest: :meth:`~anchorlens.tasks.prompts.Prompts.demonstrations`)."""
         chat = prompts.chat_template() if prompts is not None else None
+        demos = prompts.demonstrations() if prompts is not None else None
         return {
             "task_source": self.task.describe_source(),
             "data_facts": {"source": self.source, **dict(self.data_facts)},
             "prompt": self.prompt.resolved(self.task).describe(),
             **({"chat_template": chat} if chat is not None else {}),
+            **({"demonstrations": demos} if demos is not None else {}),
         }
 
 

@@ -341,9 +341,41 @@ def test_doc_to_choice_syntax_errors_name_the_key(tmp_path):
     assert "\n" not in str(info.value)
 
 
-def test_demonstrations_of_choices_per_document_are_refused_in_one_line(tmp_path):
-    from anchorlens.errors import UsageError
+PIQA_ROWS = [
+    {"goal": "open a jar", "sol1": "twist the lid", "sol2": "eat the lid", "label": 0},
+    {"goal": "dry hair", "sol1": "use a hammer", "sol2": "use a towel", "label": 1},
+    {"goal": "cut paper", "sol1": "use scissors", "sol2": "use soup", "label": 0},
+    {"goal": "light a room", "sol1": "paint the wall", "sol2": "switch on a lamp", "label": 1},
+]
 
+
+def test_demonstrations_of_choices_per_document_show_their_own_choice(tmp_path, tiny_base):
+    """piqa with --shots 2: each demonstration's answer is target_delimiter + its own document's choice at its label
+    (role demo_label), as the harness writes it; evaluate scores the query on its own choices."""
+    from anchorlens.errors import UsageError
+    from anchorlens.tasks.prompts import PromptOptions, build_prompts
+
+    base = tiny_base("tiny-llama")
     task = _task(tmp_path, PIQA)
-    with pytest.raises(UsageError, match="choices vary per document.*use --shots 0"):
-        task.verbalizer(0)
+    examples = _data(tmp_path, PIQA_ROWS, task)
+    with pytest.raises(UsageError, match="choices vary per document"):
+        task.verbalizer(0)  # a label alone has no answer text: it needs its document
+    prompts = build_prompts(task, base.tokenizer, PromptOptions(shots=2, seed=3), queries=examples)
+    own = {ex["goal"]: [ex["sol1"], ex["sol2"]][ex["label"]] for ex in PIQA_ROWS}
+    for query in examples:
+        demos = prompts.demos.draw(query)
+        rendered = prompts.render(query)
+        answers = [rendered.text[s.start : s.end] for s in rendered.spans if s.role == "demo_label"]
+        assert answers == [" " + own[d["goal"]] for d in demos]
+        expected = "".join(f"Question: {d['goal']}\nAnswer: {own[d['goal']]}\n\n" for d in demos)
+        assert rendered.text == expected + f"Question: {query['goal']}\nAnswer:"
+    df = predict(base, examples, task, batch_size=2, prompts=prompts)
+    first = prompts.render(examples[0]).text
+    enc = base.tokenizer(first)["input_ids"]
+    for i, choice in enumerate(("twist the lid", "eat the lid")):
+        cont = base.tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = base.model(input_ids=torch.tensor([enc + cont])).logits[0].float()
+        logp = torch.log_softmax(logits, -1)
+        ll = sum(float(logp[len(enc) - 1 + j, t]) for j, t in enumerate(cont))
+        assert df.loc[0, f"score_{i}"] == pytest.approx(ll, abs=1e-4)
