@@ -4,7 +4,10 @@ SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) 
 fresh process, interleaved over ``--repeats`` rounds (the order of the modes rotating from round to round):
 ``plain`` (sdpa, LM head skipped), ``eager`` (eager + output_attentions, first-token mass and row entropy
 taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4
-bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget). A short input's
+bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, plan ``auto``: the
+materialised plan for the default reducers on a CPU), ``kernel`` (the same reducers under the kernel plan: the flash
+kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engine.kernel`). ``--reducers light`` streams
+role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's). A short input's
 forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
 and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
 eager paired per round) and peak RSS above the loaded model (MiB), per T.
@@ -30,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers: the sha
 
 from bench_peers import rotated  # noqa: E402
 
-MODES = ("plain", "eager", "fast")
+MODES = ("plain", "eager", "fast", "kernel")
+LIGHT = ("role_flow", "first_token", "decomposition")
 
 
 def synthetic_batch(base, length: int):
@@ -48,12 +52,14 @@ def synthetic_batch(base, length: int):
     )
 
 
-def child(mode: str, length: int, out: Path, min_seconds: float) -> None:
+def child(mode: str, length: int, out: Path, min_seconds: float, reducers: str = "default") -> None:
     """Measure one mode at one length in this fresh process."""
     from bench_peers import eager_statistics, plain_forward
 
     from anchorlens.analyses import default_reducers
+    from anchorlens.analyses.registry import make_reducer
     from anchorlens.capture.collect import stream_statistics
+    from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
 
     base = load_base("smollm2-135m")
@@ -69,7 +75,9 @@ def child(mode: str, length: int, out: Path, min_seconds: float) -> None:
         elif mode == "eager":
             eager_statistics(base, b)
         else:
-            stream_statistics(base, [b], default_reducers())
+            made = default_reducers() if reducers == "default" else [make_reducer(n) for n in LIGHT]
+            plan = "kernel" if mode == "kernel" else "auto"
+            stream_statistics(base, [b], made, options=CaptureOptions(plan=plan))
 
     run(warm)
     cpu, wall, runs = time.process_time(), time.perf_counter(), 0
@@ -94,10 +102,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eager-max", type=int, default=2048)
     parser.add_argument("--min-seconds", type=float, default=4.0, help="CPU seconds each process spends forwarding")
+    parser.add_argument("--reducers", choices=("default", "light"), default="default")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        child(args.child, args.length, Path(args.out), args.min_seconds)
+        child(args.child, args.length, Path(args.out), args.min_seconds, args.reducers)
         return
     lengths = [int(x) for x in args.lengths.split(",")]
     rows: dict[tuple[str, int], list[dict]] = {}
@@ -122,6 +131,8 @@ def main() -> None:
                             str(args.threads),
                             "--min-seconds",
                             str(args.min_seconds),
+                            "--reducers",
+                            args.reducers,
                         ],
                         check=True,
                     )
@@ -132,23 +143,27 @@ def main() -> None:
         got = rows.get((mode, length))
         return statistics.median(x[key] for x in got) if got else None
 
-    print(f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds")
     print(
-        "| T | capture CPU / plain | eager CPU / plain | capture / eager, paired (rounds) | peak RSS above model: plain / capture / eager (MiB) |"
+        f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds, "
+        f"{args.reducers} reducers"
     )
-    print("|---|---|---|---|---|")
+    print(
+        "| T | capture CPU / plain (plan auto) | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
+        "(rounds) | peak RSS above model: plain / capture / kernel / eager (MiB) |"
+    )
+    print("|---|---|---|---|---|---|")
     for length in lengths:
-        p, c, e = (med(m, length, "cpu") for m in ("plain", "fast", "eager"))
-        mp, mc, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "eager"))
-        assert p is not None and c is not None and mp is not None and mc is not None
+        p, c, kern, e = (med(m, length, "cpu") for m in ("plain", "fast", "kernel", "eager"))
+        mp, mc, mk, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "kernel", "eager"))
+        assert p is not None and c is not None and kern is not None and mp is not None and mc is not None
         eager_ratio = "-" if e is None else f"{e / p:.2f}x"
         # capture / eager paired within each round (the two ran back to back), median and every round
         paired = [f["cpu"] / g["cpu"] for f, g in zip(rows[("fast", length)], rows.get(("eager", length), []))]
         each = " / ".join(f"{x:.2f}" for x in paired)
         vs_eager = "-" if not paired else f"{statistics.median(paired):.2f}x ({each})"
         print(
-            f"| {length} | {c / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
-            f"{'-' if me is None else f'{me:.0f}'} |"
+            f"| {length} | {c / p:.2f}x | {kern / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
+            f"{mk:.0f} / {'-' if me is None else f'{me:.0f}'} |"
         )
 
 

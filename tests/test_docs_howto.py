@@ -107,3 +107,36 @@ def test_guidance_guide_inserts_the_last_token_embedding(clean_registries):
         spliced = torch.cat([embeds[:, -1:], embeds], dim=1)  # the last token's embedding at position 0
         reference = base.model(inputs_embeds=spliced).logits[0, -1]
     assert torch.allclose(guided, reference, atol=1e-5)
+
+
+@pytest.mark.parametrize("plan", ["kernel", "materialised"])
+def test_key_mass_guide_sums_the_first_four_keys_of_eager_attention(clean_registries, plan):
+    """The one-file reducer of the key-mass guide gives the mass eager attention puts on each example's first four
+    real keys, under both plans, alone and beside the default reducers (whose key columns differ from its own)."""
+    from anchorlens.analyses import default_reducers
+    from anchorlens.capture.certificate import eager_reference
+    from anchorlens.capture.collect import encode_batches, stream_statistics
+    from anchorlens.capture.options import CaptureOptions
+
+    ns = run_guide("how-to/key-mass.md", {"smollm2-135m": "tiny-llama"})
+    model, inputs, prompts = ns["model"], ns["inputs"], ns["prompts"]
+    beside = registry.make_reducer("initial_mass")
+    others = default_reducers(roles=prompts.roles)
+    batches = encode_batches(model, inputs.examples, prompts, batch_size=2)
+    stream_statistics(model, batches, [beside, *others], options=CaptureOptions(plan=plan))
+    for rows in (ns["rows"], beside.frame()):
+        got = rows.set_index(["example", "layer", "head"])["value"]
+        checked = 0
+        for batch in encode_batches(model, inputs.examples, prompts, batch_size=2):
+            reference = eager_reference(model, batch)
+            (stack,) = reference
+            for layer, maps in reference[stack].items():  # [B, H, T, T]
+                real = batch.attention_mask.bool()  # [B, T]
+                for b, example in enumerate(batch.example_ids.tolist()):
+                    first = real[b].nonzero().squeeze(1)[:4]  # the first four real keys
+                    mass = maps[b][:, real[b]][:, :, first].float().sum(-1).mean(-1)  # [H]
+                    for head, value in enumerate(mass.tolist()):
+                        assert got[(example, layer, head)] == pytest.approx(value, abs=1e-5)
+                        checked += 1
+        assert checked == len(rows) and checked > 0
+    assert others[0].frame().shape[0] > 0  # the defaults ran beside it

@@ -10,10 +10,11 @@ import torch
 
 from anchorlens.analyses.frames import ALL
 from anchorlens.analyses.rows import Rows
-from anchorlens.analyses.shared import columns_of_layout
+from anchorlens.analyses.shared import columns_of_layout, score_columns_of_layout
 from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import KEY_SUMS, PROBS, SCORE_SUMS, SCORES, VISIBLE
 from anchorlens.errors import UsageError
 from anchorlens.roles.layout import Layout
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
@@ -65,7 +66,9 @@ class SiteReducer:
     """
 
     name: ClassVar[str] = ""
-    reads_column_mass: bool = False  # whether _per_query reads column_mass (the capture may then fuse it)
+    # the quantities ``update`` reads (:mod:`anchorlens.engine.quantities`): the engine computes only what some
+    # reducer reads, and picks a plan that gives all of it; a reducer that reads the maps themselves keeps ``probs``
+    reads: frozenset[str] = frozenset({PROBS, SCORES, VISIBLE})
 
     def __init__(self, roles: RoleTable = BUILTIN_ROLES) -> None:
         if not isinstance(roles, RoleTable):
@@ -120,7 +123,12 @@ class SiteReducer:
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, C] key columns whose probability sums ``_per_query`` reads (:func:`column_mass`), for the capture
         to compute with the output; None when it reads none (then the capture does not compute them for it)."""
-        return columns_of_layout(layout, device, dtype) if self.reads_column_mass else None
+        return columns_of_layout(layout, device, dtype) if KEY_SUMS in self.reads else None
+
+    def score_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """[B, K, S] weight columns whose score sums ``_per_query`` reads (:func:`column_plogp`), for the capture to
+        compute where it computes no probabilities; None when it reads none."""
+        return score_columns_of_layout(layout, device, dtype) if SCORE_SUMS in self.reads else None
 
     # -- Reducer protocol ---------------------------------------------------------------------
     def update(self, event: AttentionEvent) -> None:

@@ -50,6 +50,7 @@ from anchorlens.analyses.stage import QueryStage
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
+from anchorlens.engine.quantities import KEY_SUMS, VISIBLE
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 SINK = "sink"
@@ -75,7 +76,7 @@ class DecompositionReducer(SiteReducer):
     """Sink-aware split of each query's attention over key parts (module docstring)."""
 
     name = "decomposition"
-    reads_column_mass = True
+    reads = frozenset({KEY_SUMS, VISIBLE})
 
     def __init__(self, roles: RoleTable = BUILTIN_ROLES) -> None:
         super().__init__(roles)
@@ -122,7 +123,7 @@ class DecompositionReducer(SiteReducer):
     def _parts_of_columns(self, event: AttentionEvent) -> torch.Tensor:
         """[B, 1, C, P] float64: key-column sums (first key, sink, valid, content, roles) -> parts (the sink, then
         each role without the sink), per example; shared by the layers of a forward."""
-        k, dev = event.layout.k, event.probs.device
+        k, dev = event.layout.k, event.device
         r = self.num_roles
 
         def compute() -> torch.Tensor:

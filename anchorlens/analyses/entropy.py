@@ -13,6 +13,7 @@ from anchorlens.analyses.shared import PLOGP_COLUMNS, column_mass, column_plogp,
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
+from anchorlens.engine.quantities import KEY_SUMS, LSE, SCORE_SUMS, VISIBLE
 from anchorlens.roles.kinds import Role
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
@@ -56,7 +57,7 @@ class EntropyReducer(SiteReducer):
     """
 
     name = "entropy"
-    reads_column_mass = True
+    reads = frozenset({KEY_SUMS, SCORE_SUMS, LSE, VISIBLE})
 
     def __init__(self, anchor_role: str | int | Role | None = "capsule", roles: RoleTable = BUILTIN_ROLES) -> None:
         super().__init__(roles)
@@ -94,8 +95,7 @@ class EntropyReducer(SiteReducer):
                 layout.q.valid,
                 layout.k.roles,
                 layout.k.valid,
-                event.probs.device,
-                event.probs.dtype,
+                event.device,
             ),
             compute,
         )

@@ -12,6 +12,7 @@ from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import FIRST_KEY, anchor_key_index, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import KEY_SUMS, PROBS, VISIBLE
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
 
@@ -31,7 +32,8 @@ class FirstTokenReducer(SiteReducer):
     def __init__(self, anchor_position: int | None = None, roles: RoleTable = BUILTIN_ROLES) -> None:
         super().__init__(roles)
         self.anchor_position = None if anchor_position is None else int(anchor_position)
-        self.reads_column_mass = not self.anchor_position  # another anchor is gathered, not read from the columns
+        # another anchor is gathered from the probabilities, the first key read from the key columns
+        self.reads = frozenset({PROBS if self.anchor_position else KEY_SUMS, VISIBLE})
 
     def _options(self) -> dict:
         """``{"anchor_position": ...}``: which valid key is the anchor."""
@@ -50,7 +52,7 @@ class FirstTokenReducer(SiteReducer):
         """
         if not self.anchor_position:
             return (column_mass(event),)
-        probs = event.probs
+        probs = event.probabilities(self.name)
         b, h, q, _ = probs.shape
         k_index, found = anchor_key_index(event.layout.k.valid.to(probs.device), self.anchor_position)
         covered = found & (k_index < event.key_count)
@@ -59,7 +61,7 @@ class FirstTokenReducer(SiteReducer):
 
     def _stage_constants(self, event: AttentionEvent) -> dict:
         """found: [1, B, 1, 1] float64, whether the example has the anchor key (else it counts no query)."""
-        valid = event.layout.k.valid.to(event.probs.device).bool()
+        valid = event.layout.k.valid.to(event.device).bool()
         if not self.anchor_position:
             found = valid.any(1)
         else:

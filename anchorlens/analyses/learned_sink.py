@@ -16,6 +16,7 @@ from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import LEARNED_SINK, VISIBLE
 
 METRIC = "learned_sink"
 
@@ -29,6 +30,7 @@ class LearnedSinkReducer(SiteReducer):
     """
 
     name = "learned_sink"
+    reads = frozenset({LEARNED_SINK, VISIBLE})
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum: [R]; count: [R]."""

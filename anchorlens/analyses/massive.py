@@ -100,6 +100,8 @@ class MassiveActivationsReducer(SiteReducer):
         """top: [5, m]; stats: [3]; input_stats: [3]; seen: [1]."""
         return {"top": (5, self.top), "stats": (3,), "input_stats": (3,), "seen": (1,)}
 
+    reads: frozenset[str] = frozenset()  # no attention quantity: the block outputs only (update_hidden)
+
     def update(self, event: AttentionEvent) -> None:
         """Attention events carry no hidden states: nothing to do."""
 

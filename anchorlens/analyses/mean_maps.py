@@ -221,7 +221,7 @@ class MeanMapReducer:
                 raise ValueError("mean maps over examples of runs with other role tables")
             state.role_names = event.layout.table.names
         li = state.layers.index(event.layer)
-        heads = int(event.probs.shape[1])
+        heads = int(event.shape[1])
         if state.heads and heads != state.heads:
             raise ValueError(f"layer {event.layer} has {heads} captured heads, layer {state.layers[0]} {state.heads}")
         state.heads = heads

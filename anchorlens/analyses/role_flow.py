@@ -12,6 +12,7 @@ from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import ROLE_START, column_mass
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import KEY_SUMS, VISIBLE
 
 
 @register_reducer("role_flow")
@@ -36,7 +37,7 @@ class RoleFlowReducer(SiteReducer):
     """
 
     name = "role_flow"
-    reads_column_mass = True
+    reads = frozenset({KEY_SUMS, VISIBLE})
 
     @property
     def groups(self) -> tuple[str, ...]:

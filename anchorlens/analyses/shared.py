@@ -139,19 +139,35 @@ def columns_of_layout(layout: Layout, device: torch.device, dtype: torch.dtype) 
     return _columns_of(layout, device, dtype)[0]
 
 
+def score_columns_of_layout(layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """[B, K, 2] the :data:`PLOGP_COLUMNS` of :func:`columns_of_layout` (every valid key, content keys): the weights
+    whose score sums (:attr:`~anchorlens.capture.event.AttentionEvent.score_sums`) give :func:`column_plogp` where
+    the capture computes no probabilities (the same tensor for the same layout)."""
+    return _columns_of(layout, device, dtype)[2]
+
+
+def score_columns(event: AttentionEvent) -> torch.Tensor:
+    """:func:`score_columns_of_layout` of the event's layout (float32)."""
+    return _columns_of(event.layout, event.device, torch.float32)[2]
+
+
 def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
     """All the layout's key columns [B, K, C] and their :data:`PLOGP_COLUMNS` transposed [B, 2, K], once per
     forward."""
-    return _columns_of(event.layout, event.probs.device, event.probs.dtype)
+    every, transposed, _ = _columns_of(event.layout, event.device, torch.float32)
+    return every, transposed
 
 
-def _columns_of(layout: Layout, dev: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`_layout_columns` of a layout, cached by its key tensors."""
+def _columns_of(
+    layout: Layout, dev: torch.device, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`_layout_columns` of a layout and its score columns [B, K, 2], cached by its key tensors."""
     k = layout.k
 
-    def compute() -> tuple[torch.Tensor, torch.Tensor]:
+    def compute() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         every = _columns(k.roles.to(dev), k.valid.to(dev).bool(), k.table.size, dtype, k.fields, len(k.table.fields))
-        return every, every[..., PLOGP_COLUMNS].transpose(1, 2).contiguous()
+        scored = every[..., PLOGP_COLUMNS]
+        return every, scored.transpose(1, 2).contiguous(), scored.contiguous()
 
     return _COLUMNS.get((k.roles, k.valid, k.fields, k.table, dev, dtype), compute)
 
@@ -177,7 +193,7 @@ def query_hot_transposed(event: AttentionEvent) -> torch.Tensor:
 def _query_hots(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:
     """The query one-hot [B, q, R] and its transpose [B, R, q] (float64), shared by the layers of a forward."""
     if "q_hot" not in event.cache:
-        q, dev = event.layout.q, event.probs.device
+        q, dev = event.layout.q, event.device
 
         def compute() -> tuple[torch.Tensor, torch.Tensor]:
             hot = role_onehot(q.roles.to(dev), q.valid.to(dev).bool(), q.table.size, torch.float64)
@@ -194,7 +210,7 @@ def query_fields_transposed(event: AttentionEvent) -> torch.Tensor:
     """[B, F, q] float64: one-hot of the event's query field groups, transposed (zero columns for padding queries and
     for queries of no field group; F = 0 when the run's table names no fields), shared by the layers of a forward."""
     if "q_fields" not in event.cache:
-        q, dev = event.layout.q, event.probs.device
+        q, dev = event.layout.q, event.device
 
         def compute() -> torch.Tensor:
             hot = field_onehot(q.fields, q.valid.to(dev).bool(), len(q.table.fields), torch.float64)
@@ -214,8 +230,10 @@ def column_mass(event: AttentionEvent) -> torch.Tensor:
     """[B, H, q, C] float32: each query's attention on valid keys of each role, its first key and its sink (the
     capture's :attr:`~AttentionEvent.key_sums` when it summed these very columns, else one matmul)."""
     if "column_mass" not in event.cache:
-        fused = event.key_sums is not None and event.key_columns is _layout_columns(event)[0]
-        event.cache["column_mass"] = event.key_sums if fused else _per_column(event.probs, key_columns(event))
+        fused = event.sums_over(_layout_columns(event)[0])
+        event.cache["column_mass"] = (
+            fused if fused is not None else _per_column(event.probabilities("column_mass"), key_columns(event))
+        )
     return event.cache["column_mass"]
 
 
@@ -227,7 +245,12 @@ def column_plogp(event: AttentionEvent) -> torch.Tensor:
     sum_k p log p = sum_k p s - (sum_k p) log_norm. Without them, ``xlogy``.
     """
     if "column_plogp" not in event.cache:
-        p = event.probs
+        summed = event.score_sums_over(score_columns(event))
+        if summed is not None and event.log_norm is not None:
+            mass = column_mass(event)[..., PLOGP_COLUMNS]
+            event.cache["column_plogp"] = torch.addcmul(summed, mass, event.log_norm, value=-1)
+            return event.cache["column_plogp"]
+        p = event.probabilities("column_plogp")
         columns_t = _layout_columns(event)[1][..., : event.key_count]
         if event.scores is None or event.log_norm is None:
             event.cache["column_plogp"] = _per_two_columns(torch.xlogy(p, p), columns_t)
@@ -252,7 +275,7 @@ def _work_buffer(event: AttentionEvent) -> torch.Tensor:
     """A scratch tensor shaped like the event's probs: the capture's reusable buffer when it lent one
     (``cache["work"]``, flat), else a fresh tensor (a large allocation per layer costs as much as the
     product written into it)."""
-    like, buf = event.probs, event.cache.get("work")
+    like, buf = event.probabilities("a reducer's scratch"), event.cache.get("work")
     if buf is None or buf.numel() < like.numel() or buf.dtype != like.dtype or buf.device != like.device:
         return torch.empty_like(like)
     return buf[: like.numel()].view(like.shape)
@@ -264,7 +287,7 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
 
     Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
-        seen = event.visible.to(event.probs.device).to(event.probs.dtype)  # [B|1, H|1, q, K]
+        seen = event.visible.to(event.device).to(torch.float32)  # [B|1, H|1, q, K]
         roles = role_columns(event.layout.k.table.size)
         event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[:, None, :, roles])
     return event.cache["visible_key_counts"]
@@ -277,7 +300,7 @@ def live_queries(event: AttentionEvent) -> torch.Tensor:
     """[B, H|1, q] float64: 1 where a valid query sees at least one valid key after every edit (the event's
     ``visible``), 0 for padding queries and for empty rows (a knockout removed every key the query could see: its
     probabilities are all zero, it has no distribution to average). Shared by the layers and reducers of a forward."""
-    q, k, dev = event.layout.q, event.layout.k, event.probs.device
+    q, k, dev = event.layout.q, event.layout.k, event.device
 
     def compute() -> torch.Tensor:
         visible = event.visible.to(dev)

@@ -123,7 +123,7 @@ class SinkBatteryReducer(SiteReducer):
         """Add the chunk's received mass per key; at the call's last chunk reduce it into the state."""
         self._check_roles(event)
         site = (event.stack, int(event.layer))
-        probs = event.probs
+        probs = event.probabilities(self.name)
         b, h, q, k_cover = probs.shape
         k_all = event.layout.k.roles.shape[1]
         if event.is_first_chunk or site not in self._open:

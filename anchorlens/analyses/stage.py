@@ -158,8 +158,8 @@ class Stager:
             event.visible,
             event.stack,
             event.query_start,
-            event.probs.shape[1:3],
-            event.probs.device,
+            event.shape[1:3],
+            event.device,
         )
         ident = identity_key(keys)
         hit = self._open.get(ident)
@@ -180,8 +180,8 @@ class Stager:
         storage behind the parts, which may be views of larger tensors), so that the chunks' stages hold the
         same layers and fill together."""
         kept = sum({p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in parts}.values())
-        total = event.query_total if event.query_total is not None else event.probs.shape[2]
-        per_layer = kept * max(total, 1) // max(event.probs.shape[2], 1)
+        total = event.query_total if event.query_total is not None else event.shape[2]
+        per_layer = kept * max(total, 1) // max(event.shape[2], 1)
         return max(1, min(_MAX_SLOTS, self.budget_bytes // max(per_layer, 1)))
 
     def close_all(self) -> None:

@@ -31,6 +31,7 @@ from anchorlens.analyses.rows import Rows, long_rows
 from anchorlens.analyses.shared import FIRST_KEY, SINK_KEY, VALID_KEY, key_columns, role_columns
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import PROBS, VALUE_NORMS, VISIBLE
 from anchorlens.errors import UsageError
 
 NORM_MASS = "norm_mass"
@@ -49,7 +50,7 @@ class ValueMassReducer(SiteReducer):
     """
 
     name = "value_mass"
-    reads_value_norms = True
+    reads = frozenset({PROBS, VISIBLE, VALUE_NORMS})
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum: [R, 2, P + 1] with P = R + 2; count: [R]."""
@@ -67,7 +68,7 @@ class ValueMassReducer(SiteReducer):
                 "value_mass needs the capture's value norms: run it through a capture (stream_statistics), "
                 "which computes them when a reducer asks"
             )
-        probs = event.probs
+        probs = event.probabilities(self.name)
         b, h, q, k = probs.shape
         columns = key_columns(event)  # [B, K', C]
         roles = role_columns(self.num_roles)  # the role one-hots (not the field groups after them)

@@ -172,8 +172,8 @@ class _CompareSink:
         if ref_site is None:
             self.diffs.setdefault(key, None)
             return
-        q = slice(event.query_start, event.query_start + event.probs.shape[2])
-        ref = ref_site.index_select(1, event.heads.to(ref_site.device))[:, :, q].float().to(event.probs.device)
+        q = slice(event.query_start, event.query_start + event.shape[2])
+        ref = ref_site.index_select(1, event.heads.to(ref_site.device))[:, :, q].float().to(event.device)
         captured = event.full_probs()
         rows = event.layout.q.valid[:, None, :, None].to(captured.device)
         if ref.shape != captured.shape:

@@ -37,6 +37,12 @@ class AttentionEvent:
     value_norms: [B, H, K] float32 or None, ||v_j W_O^h|| for every key of the layout (the norm of key j's value
     after head h's part of the output projection, :mod:`anchorlens.engine.value_norms`): A_h(i, j) times it is the
     norm of key j's contribution to query i's output; computed only when the sink asks (``wants_value_norms``).
+    score_sums: [B, H, q, S] float32 or None, sum_j p_ij s_ij W_js over the S weight columns ``score_columns``
+    ([B, K, S], the tensor the sink's ``score_columns`` returned; compare by identity): with ``log_norm`` they give
+    sum p log p over those keys without the probabilities (an entropy). plan: which of the engine's plans computed
+    the event: ``"materialised"`` (probabilities in float32 chunks, ``probs`` and ``scores`` set) or ``"kernel"``
+    (a fused kernel and its log-sum-exp, :mod:`anchorlens.engine.kernel`: ``probs`` and ``scores`` None, the
+    quantities the sink reads set: ``log_norm``, ``key_sums``, ``score_sums``, ``visible``).
     ``probs`` and ``scores`` live in buffers the capture
     reuses for the next attention call (no large allocation per layer): read them while consuming the
     event, never keep them (copy what you need, as :class:`~anchorlens.capture.sinks.MapSink` does). cache: scratch space for one event, where reducers share
@@ -54,7 +60,7 @@ class AttentionEvent:
     stack: str
     layer: int
     heads: torch.Tensor
-    probs: torch.Tensor
+    probs: torch.Tensor | None
     visible: torch.Tensor
     layout: Layout
     example_ids: torch.Tensor
@@ -66,7 +72,49 @@ class AttentionEvent:
     key_columns: torch.Tensor | None = None
     learned_sink: torch.Tensor | None = None
     value_norms: torch.Tensor | None = None
+    score_sums: torch.Tensor | None = None
+    score_columns: torch.Tensor | None = None
+    plan: str = "materialised"
+    key_parts: tuple[tuple[torch.Tensor, int], ...] = ()
+    score_parts: tuple[tuple[torch.Tensor, int], ...] = ()
     cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """(B, H, q, K'): the batch, the event's heads, its queries and the keys it covers (``probs``'s shape where it
+        has probabilities; a kernel-plan event has none, :mod:`anchorlens.engine.kernel`)."""
+        if self.probs is not None:
+            b, h, q, k = self.probs.shape
+            return b, h, q, k
+        assert self.log_norm is not None, "an event without probabilities carries its log normaliser"
+        b, h, q = self.log_norm.shape[:3]
+        return b, h, q, self.visible.shape[-1]
+
+    @property
+    def device(self) -> torch.device:
+        """Where the event's tensors are."""
+        return (self.probs if self.probs is not None else self.visible).device
+
+    def sums_over(self, columns: torch.Tensor) -> torch.Tensor | None:
+        """[B, H, q, C] this event's ``key_sums`` over exactly ``columns`` ([B, K, C], the tensor a reducer's
+        ``key_columns`` returned: compared by identity), or None when the engine did not sum them (then sum the
+        probabilities). Where several reducers asked for different columns the engine summed them side by side
+        (``key_parts``), and each finds its own here."""
+        return _part(self.key_sums, self.key_columns, self.key_parts, columns)
+
+    def score_sums_over(self, columns: torch.Tensor) -> torch.Tensor | None:
+        """[B, H, q, S] this event's ``score_sums`` over exactly ``columns`` (as :meth:`sums_over`), or None."""
+        return _part(self.score_sums, self.score_columns, self.score_parts, columns)
+
+    def probabilities(self, reader: str) -> torch.Tensor:
+        """``probs``, or a :class:`RuntimeError` naming ``reader`` when the plan that ran computed none (a reducer
+        that reads them declares ``"probs"`` in its ``reads``, and then the capture never picks such a plan)."""
+        if self.probs is None:
+            raise RuntimeError(
+                f"{reader} reads attention probabilities at {self.stack}.{self.layer}, but the {self.plan} plan "
+                "computed none: declare 'probs' in its reads"
+            )
+        return self.probs
 
     @property
     def query_valid(self) -> torch.Tensor:
@@ -80,13 +128,14 @@ class AttentionEvent:
 
     @property
     def key_count(self) -> int:
-        """K': how many leading keys ``probs`` covers (the rest are hidden from these queries)."""
-        return self.probs.shape[-1]
+        """K': how many leading keys the event covers (the rest are hidden from these queries)."""
+        return self.shape[3]
 
     def full_probs(self) -> torch.Tensor:
         """[B, H, q, K] probabilities over all the layout's keys (zeros appended for hidden trailing keys)."""
+        probs = self.probabilities("full_probs")
         missing = self.layout.k.roles.shape[1] - self.key_count
-        return torch.nn.functional.pad(self.probs, (0, missing)) if missing else self.probs
+        return torch.nn.functional.pad(probs, (0, missing)) if missing else probs
 
     @property
     def is_first_chunk(self) -> bool:
@@ -96,8 +145,25 @@ class AttentionEvent:
     @property
     def is_last_chunk(self) -> bool:
         """Whether this event ends its attention call (always True without chunking)."""
-        total = self.query_total if self.query_total is not None else self.probs.shape[2]
-        return self.query_start + self.probs.shape[2] >= total
+        total = self.query_total if self.query_total is not None else self.shape[2]
+        return self.query_start + self.shape[2] >= total
+
+
+def _part(
+    sums: torch.Tensor | None,
+    summed: torch.Tensor | None,
+    parts: tuple[tuple[torch.Tensor, int], ...],
+    columns: torch.Tensor,
+) -> torch.Tensor | None:
+    """The slice of ``sums`` (over the columns ``summed``, made of ``parts``) that is over ``columns``, or None."""
+    if sums is None:
+        return None
+    if summed is columns:
+        return sums
+    for part, start in parts:
+        if part is columns:
+            return sums[..., start : start + part.shape[-1]]
+    return None
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,12 @@ built-in reducers, so that ``make_reducer("role_flow")`` works in a fresh proces
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import pandas as pd
 
 from anchorlens.capture.event import AttentionEvent
+from anchorlens.engine.quantities import QUANTITIES
 
 
 @runtime_checkable
@@ -29,7 +30,9 @@ class Reducer(Protocol):
     that asks returns the same tensor, fast capture computes the sums with the output
     (:attr:`AttentionEvent.key_sums`). A reducer that reads the residual stream defines
     ``update_hidden(HiddenEvent)``: the capture then hooks the selected blocks and hands it each one's output
-    (:mod:`anchorlens.capture.hidden`), in the same forward.
+    (:mod:`anchorlens.capture.hidden`), in the same forward. A reducer declares the quantities it reads in
+    ``reads`` (names from :mod:`anchorlens.engine.quantities`, e.g. ``{"key_sums", "visible"}``): the engine then
+    computes only those, with the cheapest plan that gives them all; one that declares none is given everything.
     """
 
     name: str
@@ -53,3 +56,9 @@ class Reducer(Protocol):
     def frame(self) -> pd.DataFrame:
         """Tidy long-format rows: example, stack, layer, head, metric[, query_role, key_role], value."""
         ...
+
+
+def reads_of(reducer: Any) -> frozenset[str]:
+    """The quantities ``reducer`` reads: its ``reads``, or every quantity when it declares none."""
+    reads = getattr(reducer, "reads", None)
+    return QUANTITIES if reads is None else frozenset(reads)

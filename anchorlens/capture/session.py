@@ -15,8 +15,11 @@ import torch
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
 from anchorlens.capture.options import CaptureOptions
+from anchorlens.capture.reducer import reads_of
 from anchorlens.capture.selection import Selection, Site
 from anchorlens.engine.context import observing
+from anchorlens.engine.quantities import KERNEL_QUANTITIES
+from anchorlens.errors import UsageError
 from anchorlens.roles.layout import Layout, LayoutProvider
 
 
@@ -72,6 +75,16 @@ class CaptureSession:
         # per-forward work keyed on the mask and layout tensors the layers share (visibility, query slices)
         self.shared = IdentityCache(size=256)
         self._heads_cache: dict[tuple[torch.device, int], torch.Tensor] = {}
+        self.plans: dict[str, set[str]] = {}  # site name -> the plans the engine took there
+        self._reads = reads_of(sink)
+        if options.plan == "kernel":  # refused before any forward where a reducer reads what the kernel plan lacks
+            missing = sorted(self._reads - KERNEL_QUANTITIES)
+            if missing:
+                who = ", ".join(self.readers(missing[0])) or "the sink"
+                raise UsageError(
+                    f"{who} reads {missing[0]}, which the kernel plan does not compute: capture with plan auto or "
+                    "materialised, or leave that reducer out"
+                )
 
     @property
     def selected_sites(self) -> list[Site]:
@@ -101,6 +114,25 @@ class CaptureSession:
         return self._heads_cache[device, width]
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The quantities the sink reads (its ``reads``; every quantity when it declares none)."""
+        return self._reads
+
+    def readers(self, quantity: str) -> list[str]:
+        """The sink's readers of ``quantity`` (its ``readers``), else its class name when it reads it."""
+        ask = getattr(self.sink, "readers", None)
+        if callable(ask):
+            return list(ask(quantity))
+        return [type(self.sink).__name__] if quantity in self._reads else []
+
+    def note_plan(self, site: Site, plan: str) -> None:
+        """Record the plan the engine took at ``site`` (and tell the sink, when it keeps a record: ``note_plan``)."""
+        self.plans.setdefault(site.name, set()).add(plan)
+        tell = getattr(self.sink, "note_plan", None)
+        if callable(tell):
+            tell(site.name, plan)
+
+    @property
     def wants_value_norms(self) -> bool:
         """Whether the sink reads the per-head value norms (``wants_value_norms`` true): the capture then computes
         them once per attention call."""
@@ -117,10 +149,20 @@ class CaptureSession:
             ("key_columns", layout.k.roles, layout.k.valid, device, dtype), lambda: ask(layout, device, dtype)
         )
 
+    def score_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """[B, K, S] weight columns the sink wants score sums over at ``site`` (None when it wants none)."""
+        ask = getattr(self.sink, "score_columns", None)
+        if not callable(ask):
+            return None
+        layout = self.layout.layout(site.stack, site.layer)
+        return self.shared.get(
+            ("score_columns", layout.k.roles, layout.k.valid, device, dtype), lambda: ask(layout, device, dtype)
+        )
+
     def emit(
         self,
         site: Site,
-        probs: torch.Tensor,
+        probs: torch.Tensor | None,
         visible: torch.Tensor,
         query_start: int = 0,
         scores: torch.Tensor | None = None,
@@ -129,19 +171,25 @@ class CaptureSession:
         key_columns: torch.Tensor | None = None,
         learned_sink: torch.Tensor | None = None,
         value_norms: torch.Tensor | None = None,
+        score_sums: torch.Tensor | None = None,
+        score_columns: torch.Tensor | None = None,
+        plan: str = "materialised",
     ) -> None:
-        """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys)
+        """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys;
+        None under the kernel plan, whose ``log_norm`` [B, H, q, 1] then gives the shape)
         and hand it on. ``key_sums``: [B, H, q, C] sums of ``probs`` over ``key_columns`` [B, K, C] (see
         :meth:`key_columns`), when the capture computed them. ``learned_sink``: [B, H, q], the mass of a learned
         sink logit (gpt-oss), when the site has one. ``value_norms``: [B, H, K] ||v_j W_O^h||, when the sink asks for
         them (:attr:`wants_value_norms`)."""
-        heads = self._event_heads(probs.shape[1], probs.device)
+        shaped = probs if probs is not None else log_norm
+        assert shaped is not None, "an event without probabilities carries its log normaliser"
+        heads = self._event_heads(shaped.shape[1], shaped.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
-        q_len = probs.shape[2]
-        if query_start + q_len > q_total or probs.shape[3] > layout.k.roles.shape[1]:
+        q_len, k_len = shaped.shape[2], visible.shape[-1]
+        if query_start + q_len > q_total or k_len > layout.k.roles.shape[1]:
             raise RuntimeError(
-                f"capture at {site.name}: attention is {tuple(probs.shape[2:])} (queries, keys) from query "
+                f"capture at {site.name}: attention is {(q_len, k_len)} (queries, keys) from query "
                 f"{query_start} but the layout knows {q_total} queries and {layout.k.roles.shape[1]} keys"
             )
         if q_len != q_total:
@@ -163,9 +211,22 @@ class CaptureSession:
                 key_columns=key_columns,
                 learned_sink=learned_sink,
                 value_norms=value_norms,
-                cache={"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
+                score_sums=score_sums,
+                score_columns=score_columns,
+                plan=plan,
+                key_parts=self._column_parts(key_columns),
+                score_parts=self._column_parts(score_columns),
+                cache={}
+                if probs is None
+                else {"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},
             )
         )
+
+    def _column_parts(self, columns: torch.Tensor | None) -> tuple[tuple[torch.Tensor, int], ...]:
+        """The reducers' own column tensors the sink joined into ``columns`` (its ``column_parts``), with their first
+        columns."""
+        ask = getattr(self.sink, "column_parts", None)
+        return tuple(ask(columns)) if callable(ask) and columns is not None else ()
 
     def _query_slice(self, layout: Layout, start: int, stop: int) -> Layout:
         """``layout`` restricted to queries ``start:stop``; the same objects for every layer of the forward

@@ -8,10 +8,13 @@ import torch
 
 from anchorlens.capture.event import AttentionEvent, HiddenEvent
 from anchorlens.capture.maps import AttentionMaps, StackMaps
-from anchorlens.capture.reducer import Reducer
+from anchorlens.capture.reducer import Reducer, reads_of
+from anchorlens.engine.quantities import PROBS, VALUE_NORMS, VISIBLE
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
 from anchorlens.roles.layout import Layout
+
+_JOINED_KEPT = 16  # joined column tensors a stream remembers (a forward asks for one or two per layout)
 
 
 class StreamSink:
@@ -20,6 +23,9 @@ class StreamSink:
     def __init__(self, reducers: Iterable[Reducer]) -> None:
         self.reducers = list(reducers)
         self.events = 0
+        self.plans: dict[str, str] = {}  # site name -> the engine's plan there (``"mixed"`` where it changed)
+        # joined column tensors (by id) -> (the tensor, its parts with their first columns), the latest few
+        self._joined: dict[int, tuple[torch.Tensor, tuple[tuple[torch.Tensor, int], ...]]] = {}
 
     def consume(self, event: AttentionEvent) -> None:
         """Update every reducer with the event."""
@@ -28,9 +34,23 @@ class StreamSink:
         self.events += 1
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The quantities some reducer reads (:mod:`anchorlens.engine.quantities`; a reducer that declares no
+        ``reads`` may read anything)."""
+        return frozenset().union(*(reads_of(r) for r in self.reducers))
+
+    def readers(self, quantity: str) -> list[str]:
+        """The names of the reducers that read ``quantity``."""
+        return [str(getattr(r, "name", type(r).__name__)) for r in self.reducers if quantity in reads_of(r)]
+
+    def note_plan(self, site: str, plan: str) -> None:
+        """Record the plan the engine took at ``site`` (:mod:`anchorlens.engine.plan`)."""
+        self.plans[site] = plan if self.plans.get(site, plan) == plan else "mixed"
+
+    @property
     def wants_value_norms(self) -> bool:
-        """Whether some reducer reads the events' ``value_norms`` (its ``reads_value_norms`` is true)."""
-        return any(bool(getattr(r, "reads_value_norms", False)) for r in self.reducers)
+        """Whether some reducer reads the events' ``value_norms``."""
+        return VALUE_NORMS in self.reads
 
     @property
     def wants_hidden(self) -> bool:
@@ -46,17 +66,40 @@ class StreamSink:
 
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """The [B, K, C] key columns the reducers read probability sums over (see :class:`~anchorlens.capture.session.Sink`):
-        the one tensor every reducer that defines ``key_columns`` returns, None when none asks or they differ."""
-        found = None
+        the tensor the reducers that define ``key_columns`` return, or the distinct ones side by side (each reducer
+        finds its own with :meth:`~anchorlens.capture.event.AttentionEvent.sums_over`); None when none asks."""
+        return self._columns("key_columns", layout, device, dtype)
+
+    def score_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """The [B, K, S] weight columns the reducers read score sums over (``score_columns``), as :meth:`key_columns`."""
+        return self._columns("score_columns", layout, device, dtype)
+
+    def column_parts(self, columns: torch.Tensor | None) -> tuple[tuple[torch.Tensor, int], ...]:
+        """The reducers' own column tensors that :meth:`key_columns` or :meth:`score_columns` put side by side in
+        ``columns``, each with its first column; empty when ``columns`` is one reducer's own."""
+        if columns is None:
+            return ()
+        hit = self._joined.get(id(columns))
+        return hit[1] if hit is not None and hit[0] is columns else ()
+
+    def _columns(self, name: str, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """The tensor the reducers' methods ``name`` return, or their distinct tensors joined (None when none asks)."""
+        found: list[torch.Tensor] = []
         for reducer in self.reducers:
-            ask = getattr(reducer, "key_columns", None)
+            ask = getattr(reducer, name, None)
             columns = ask(layout, device, dtype) if callable(ask) else None
-            if columns is None:
-                continue
-            if found is not None and columns is not found:
-                return None
-            found = columns
-        return found
+            if columns is not None and not any(columns is seen for seen in found):
+                found.append(columns)
+        if len(found) <= 1:
+            return found[0] if found else None
+        joined = torch.cat(found, -1)
+        starts = [0]
+        for part in found[:-1]:
+            starts.append(starts[-1] + part.shape[-1])
+        if len(self._joined) >= _JOINED_KEPT:  # the oldest forwards' joins are no longer asked for
+            self._joined.pop(next(iter(self._joined)))
+        self._joined[id(joined)] = (joined, tuple(zip(found, starts)))
+        return joined
 
     def close(self) -> None:
         """End of the stream: reducers that buffer (those with a ``flush``) move what they hold into their state
@@ -78,6 +121,8 @@ def _labels(roles: list[int], source_tokens: list[str]) -> list[str]:
 
 class MapSink:
     """Keeps full [layers, heads, Q, K] maps (padding removed) of at most ``max_examples`` examples."""
+
+    reads = frozenset({PROBS, VISIBLE})
 
     def __init__(self, max_examples: int = 8) -> None:
         self.max_examples = max_examples

@@ -34,9 +34,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows
+from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows, visible_keys
 from anchorlens.engine.context import current
 from anchorlens.engine.edit import KnockoutEdit
+from anchorlens.engine.kernel import KernelPlan, kernel_attention, kernel_refusal
 from anchorlens.engine.observer import Observer
 from anchorlens.engine.output import (
     FusedColumns,
@@ -45,7 +46,9 @@ from anchorlens.engine.output import (
     output_from_probs,
     value_with_columns,
 )
+from anchorlens.engine.plan import KERNEL, choose_plan
 from anchorlens.engine.probs import chunk_probs, edited_visibility, learned_sink_mass
+from anchorlens.engine.quantities import KEY_SUMS, SCORE_SUMS
 from anchorlens.engine.value_norms import value_norms
 from anchorlens.models.adapters.site import Site
 
@@ -114,6 +117,83 @@ def _sdpa_output(module, call: AttentionCall, dropout: float, is_causal: bool | 
     return output
 
 
+def _kernel_plan(active: Observer, site: Site, call: AttentionCall) -> KernelPlan:
+    """The kernel plan of the sink's columns over this call's keys, once per forward (the layers share it)."""
+    dev, k_len = call.query.device, call.key.shape[2]
+    columns = active.key_columns(site, dev, torch.float32)
+    scored = active.score_columns(site, dev, torch.float32)
+    return active.shared.get(
+        ("kernel_plan", columns, scored, k_len, call.query.shape[-1]),
+        lambda: KernelPlan.of(columns, scored, k_len, call.query.shape[-1]),
+    )
+
+
+def _kernel_refusal(
+    active: Observer, site: Site, call: AttentionCall, edited: bool, dropout: float, training: bool
+) -> str | None:
+    """:func:`kernel_refusal`, and whether the sink's columns cover the call's keys."""
+    why = kernel_refusal(call, edited, dropout, training)
+    if why is not None:
+        return why
+    dev, k_len = call.query.device, call.key.shape[2]
+    for quantity, columns in (
+        (KEY_SUMS, active.key_columns(site, dev, torch.float32)),
+        (SCORE_SUMS, active.score_columns(site, dev, torch.float32)),
+    ):
+        if columns is None and quantity in active.reads:  # the readers ask for different columns
+            return f"the reducers that read {quantity} sum over different key columns"
+        if columns is not None and (columns.shape[0] != call.query.shape[0] or columns.shape[1] < k_len):
+            return "the sink's key columns do not cover the call's keys"
+    return None
+
+
+def _kernel_forward(
+    module: torch.nn.Module,
+    active: Observer,
+    site: Site,
+    call: AttentionCall,
+    heads: torch.Tensor | None,
+    dropout: float,
+    is_causal: bool | None,
+    kwargs: dict,
+) -> torch.Tensor:
+    """[B, Q, H, D]: the output, with the statistics the sink reads from the kernel's log-sum-exp handed over in
+    one event (no probabilities, :mod:`~anchorlens.engine.kernel`)."""
+    dev = call.query.device
+    columns = active.key_columns(site, dev, torch.float32)
+    scored = active.score_columns(site, dev, torch.float32)
+    q_len, k_len = call.query.shape[2], call.key.shape[2]
+    visible = active.shared.get(  # one tensor for the layers of a forward: consumers cache their work on it
+        ("kernel_visible", call.mask, q_len, k_len, call.causal, call.window),
+        lambda: visible_keys(call, 0, q_len)[..., :k_len],
+    )
+    result = kernel_attention(call, columns, scored, _kernel_plan(active, site, call), visible)
+    strict = active.options.mode != "fast"  # strict: sdpa's own output, bit for bit
+    output = _sdpa_output(module, call, dropout, is_causal, kwargs) if strict else result.output
+    norms = value_norms(module, call.value, call.query.shape[1]) if active.wants_value_norms else None
+    lse, key_sums, score_sums = result.lse, result.key_sums, result.score_sums
+    if heads is not None:
+        lse = lse.index_select(1, heads)
+        key_sums = None if key_sums is None else key_sums.index_select(1, heads)
+        score_sums = None if score_sums is None else score_sums.index_select(1, heads)
+        norms = None if norms is None else norms.index_select(1, heads)
+    active.emit(
+        site,
+        None,
+        result.visible,
+        0,
+        None,
+        lse,
+        key_sums=key_sums,
+        key_columns=columns,
+        value_norms=norms,
+        score_sums=score_sums,
+        score_columns=scored,
+        plan=KERNEL,
+    )
+    return output
+
+
 def anchorlens_attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -154,6 +234,20 @@ def anchorlens_attention_forward(
     heads = None if active is None or site is None else active.heads_tensor(query.device)
     edit = None if editor is None else editor.call_edit(module, query, key)  # a knockout here: eager, all heads
     edit = None if edit is None else edit.aligned(key, value)
+    if site is not None and active is not None:
+        observer, observed = active, site
+        plan = choose_plan(
+            active.options.plan,
+            active.reads,
+            active.readers,
+            site.name,
+            lambda: _kernel_refusal(observer, observed, call, edit is not None, dropout, module.training),
+            lambda: _kernel_plan(observer, observed, call).passes,
+            query.device.type,
+        )
+        active.note_plan(site, plan)
+        if plan == KERNEL:
+            return _kernel_forward(module, active, site, call, heads, dropout, is_causal, kwargs), None
     # fast mode computes the output from the probabilities when they cover all heads anyway
     fast = site is not None and active is not None and active.options.mode == "fast" and heads is None
     eager = call.needs_eager_output or fast or edit is not None

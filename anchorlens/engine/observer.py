@@ -28,6 +28,11 @@ class ObserverOptions(Protocol):
         """Bytes the float32 buffers of one chunk of queries may use at once."""
         ...
 
+    @property
+    def plan(self) -> str:
+        """``"auto"``, ``"kernel"`` or ``"materialised"`` (:mod:`~anchorlens.engine.plan`)."""
+        ...
+
 
 class SharedCache(Protocol):
     """Work keyed on the tensors every layer of a forward shares (masks, layouts), done once per forward."""
@@ -51,6 +56,19 @@ class Observer(Protocol):
         ...
 
     @property
+    def reads(self) -> frozenset[str]:
+        """The quantities the observer's sink reads (:mod:`~anchorlens.engine.quantities`)."""
+        ...
+
+    def readers(self, quantity: str) -> list[str]:
+        """Who reads ``quantity`` (names, for messages)."""
+        ...
+
+    def note_plan(self, site: Site, plan: str) -> None:
+        """The plan the engine took at ``site`` (recorded for the run's manifest)."""
+        ...
+
+    @property
     def wants_value_norms(self) -> bool:
         """Whether the engine computes ||v_j W_O^h|| once per observed call and hands them over."""
         ...
@@ -67,6 +85,10 @@ class Observer(Protocol):
         """[B, K, C] key columns whose probability sums the observer reads at ``site``, or None."""
         ...
 
+    def score_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """[B, K, S] weight columns whose score sums the observer reads at ``site``, or None."""
+        ...
+
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat buffer of at least ``numel`` elements, reused by every call (``"logits"``, ``"probs"``,
         ``"value_columns"``: the engine's)."""
@@ -75,7 +97,7 @@ class Observer(Protocol):
     def emit(
         self,
         site: Site,
-        probs: torch.Tensor,
+        probs: torch.Tensor | None,
         visible: torch.Tensor,
         query_start: int = 0,
         scores: torch.Tensor | None = None,
@@ -84,7 +106,11 @@ class Observer(Protocol):
         key_columns: torch.Tensor | None = None,
         learned_sink: torch.Tensor | None = None,
         value_norms: torch.Tensor | None = None,
+        score_sums: torch.Tensor | None = None,
+        score_columns: torch.Tensor | None = None,
+        plan: str = "materialised",
     ) -> None:
         """Receive probabilities [B, H, q, K'] of queries ``query_start:query_start+q`` and the first K' keys, with
-        what the engine computed beside them (see :class:`~anchorlens.capture.event.AttentionEvent`)."""
+        what the engine computed beside them (see :class:`~anchorlens.capture.event.AttentionEvent`); under the
+        kernel plan no probabilities (None), all queries at once, and ``log_norm`` always."""
         ...

@@ -1,0 +1,59 @@
+"""Which plan computes an observed attention call: a fused kernel's log-sum-exp, or materialised probabilities.
+
+The observer (a capture) says what its sink reads (:mod:`~anchorlens.engine.quantities`) and which plan it asks
+for (its options' ``plan``). ``materialised`` always works. ``kernel`` needs every quantity read to be one the
+kernel plan gives and the call to be one the kernel computes exactly (:func:`~anchorlens.engine.kernel.kernel_refusal`);
+asked for explicitly, anything else is one line naming the reducer, the quantity or the reason, and the site — never
+a silent fallback. ``auto`` takes the kernel plan where it may and where its passes cost less than materialising
+(:data:`AUTO_MAX_PASSES`: on a CPU, where the materialised plan's matrix products run about as fast as the flash
+kernel, only when the statistics need one extra pass at most).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from anchorlens.engine.quantities import KERNEL_QUANTITIES
+from anchorlens.errors import UsageError
+
+KERNEL = "kernel"
+MATERIALISED = "materialised"
+# the most kernel passes ``auto`` takes the kernel plan for, per device type: measured against the materialised
+# plan with ``benchmarks/bench_long_inputs.py`` (docs/performance.md); device types absent here always materialise
+AUTO_MAX_PASSES = {"cpu": 1}
+
+
+def choose_plan(
+    wanted: str,
+    reads: frozenset[str],
+    readers: Callable[[str], list[str]],
+    site: str,
+    refusal: Callable[[], str | None],
+    passes: Callable[[], int],
+    device: str,
+) -> str:
+    """``"kernel"`` or ``"materialised"`` for one call at ``site`` (module docstring).
+
+    wanted: the observer's ``plan`` option; reads: what its sink reads; readers(quantity): who reads it (for the
+    message); refusal(): why the kernel cannot compute this call, or None; passes(): the kernel passes the
+    statistics would cost; device: the inputs' device type. Raises UsageError where ``kernel`` was asked for and
+    cannot run."""
+    if wanted == MATERIALISED:
+        return MATERIALISED
+    missing = sorted(reads - KERNEL_QUANTITIES)
+    if wanted == KERNEL:
+        if missing:
+            who = ", ".join(readers(missing[0])) or "the sink"
+            raise UsageError(
+                f"{who} reads {missing[0]} at {site}, which the kernel plan does not compute: "
+                "capture with plan auto or materialised, or leave that reducer out"
+            )
+        why = refusal()
+        if why is not None:
+            raise UsageError(
+                f"the kernel plan cannot compute {site} exactly: {why}; capture with plan auto or materialised"
+            )
+        return KERNEL
+    if missing or device not in AUTO_MAX_PASSES or refusal() is not None:
+        return MATERIALISED
+    return KERNEL if passes() <= AUTO_MAX_PASSES[device] else MATERIALISED
