@@ -84,8 +84,13 @@ def read_step(path: Path, base: Any) -> tuple[Any, dict[str, torch.Tensor], dict
     """(guided model, state tensors, state facts) of a step checkpoint."""
     guided = load_checkpoint(path, base=base)
     tensors = load_tensors(path / STATE_TENSORS, "trainer state")
-    facts = json.loads((path / STATE_JSON).read_text())
+    facts = read_state_facts(path)
     return guided, tensors, facts
+
+
+def read_state_facts(path: Path) -> dict:
+    """The recorded facts (``trainer_state.json``) of a step checkpoint, without loading its tensors."""
+    return json.loads((path / STATE_JSON).read_text())
 
 
 def prune(out: Path, keep: int) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,34 @@ from anchorlens.training.state import TrainerState, rng_state, set_rng_state
 StepCallback = Callable[[TrainerState], None]
 
 
+def resume_mismatch(
+    facts: Mapping[str, Any], config: TrainConfig, method: Any, inputs: Mapping[str, Any] | None = None
+) -> list[str]:
+    """What differs between a step checkpoint's recorded facts (its ``trainer_state.json``) and this run: the
+    settings (``name: saved -> now``), the method, and the inputs that shape the tokens (by ``run_key``; the names of
+    the facts that differ). A checkpoint written before inputs were recorded is compared on its settings only."""
+    diff = config.resume_mismatch(facts["config"])
+    if facts.get("method") != method:
+        diff.append(f"method: {facts.get('method')} -> {method}")
+    stored = facts.get("inputs")
+    if inputs is not None and isinstance(stored, Mapping) and stored.get("run_key") != inputs.get("run_key"):
+        names = sorted(k for k in {*stored, *inputs} - {"run_key"} if stored.get(k) != inputs.get(k))
+        diff.append(f"inputs: {', '.join(names) or 'run_key'} (the training tokens would differ)")
+    return diff
+
+
+def check_resumable(
+    path: Path, facts: Mapping[str, Any], config: TrainConfig, method: Any, inputs: Mapping[str, Any] | None = None
+) -> None:
+    """UsageError (one line) when the step checkpoint ``path`` (its recorded ``facts``) cannot be resumed by this
+    run (:func:`resume_mismatch`)."""
+    diff = resume_mismatch(facts, config, method, inputs)
+    if diff:
+        raise UsageError(
+            f"cannot resume {path}: settings changed ({'; '.join(diff)}); use the same settings or --force"
+        )
+
+
 @dataclass
 class TrainResult:
     """The trained model (best eval state restored when ``keep_best``), the state and a summary."""
@@ -55,11 +84,17 @@ class Trainer:
         progress: bool = True,
         checkpoint_meta: dict[str, Any] | None = None,
         prompts: PromptRenderer | None = None,
+        inputs: Mapping[str, Any] | None = None,
     ) -> None:
         """Prepare optimizer and data order (seeds torch's global RNG); ``out`` (optional) receives ``checkpoints/step-N``;
-        ``prompts`` renders examples (chat template, demonstrations; default the task's template)."""
+        ``prompts`` renders examples (chat template, demonstrations; default the task's template).
+
+        ``inputs``: what shapes the training tokens (the chat template, prompt options, task file, few-shot draw,
+        data digests) with its ``run_key``, as the train workflow records it: kept in every step checkpoint, and a
+        resume whose ``run_key`` differs is refused (:func:`resume_mismatch`)."""
         self.guided, self.task, self.config = guided, get_task(task), config
         self.prompts = prompts
+        self.inputs = None if inputs is None else json.loads(json.dumps(dict(inputs), default=str))
         self.train_examples = list(train_examples)
         self.eval_examples = list(eval_examples or [])
         if not self.train_examples:
@@ -178,6 +213,7 @@ class Trainer:
             "config": self.config.to_json(),
             "train_time": self.train_time,
             "method": self.guided.config()["methods"],
+            **({"inputs": self.inputs} if self.inputs is not None else {}),
         }
         return tensors, facts
 
@@ -198,13 +234,7 @@ class Trainer:
         if path is None:
             return False
         saved, tensors, facts = ckpt.read_step(path, self.guided.base)
-        diff = self.config.resume_mismatch(facts["config"])
-        if facts.get("method") != self.guided.config()["methods"]:
-            diff.append(f"method: {facts.get('method')} -> {self.guided.config()['methods']}")
-        if diff:
-            raise UsageError(
-                f"cannot resume {path}: settings changed ({'; '.join(diff)}); use the same settings or --force"
-            )
+        check_resumable(path, facts, self.config, self.guided.config()["methods"], self.inputs)
         with torch.no_grad():
             self.guided.load_guidance_state_dict(saved.guidance_state_dict())
         load_optimizer_state(self.optimizer, tensors, facts["optimizer"])

@@ -7,11 +7,17 @@ Layout of ``out``::
     history.csv           loss / train accuracy per step, eval accuracy where evaluated
     metrics.json          task metrics of ``final`` on the eval examples
     summary.json, manifest.json
+
+What shapes the training tokens (the chat template's text, source and arguments, the prompt options: chat, system
+prompt, shots; the task file, the few-shot draw and the data) is hashed into a run key (:func:`train_identity`, the
+facts capture's resume key hashes), recorded in every step checkpoint, ``final/anchorlens.json`` and the manifest. A
+resume whose key differs is refused in one line naming what changed, before anything in OUT is written.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +33,10 @@ from anchorlens.models.base import Base
 from anchorlens.rundir import OutClaim, claimed, examples_digest, manifest
 from anchorlens.tasks.prompts import PromptOptions, build_prompts
 from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
-from anchorlens.training.checkpointing import latest_checkpoint, save_guidance_atomic
-from anchorlens.workflows.inputs import resolve_inputs
+from anchorlens.training.checkpointing import latest_checkpoint, read_state_facts, save_guidance_atomic
+from anchorlens.training.trainer import check_resumable
+from anchorlens.workflows.capture_run import describe_changes
+from anchorlens.workflows.inputs import Inputs, resolve_inputs
 
 DEFAULT_STEPS = 250
 
@@ -183,8 +191,21 @@ def _train(
         pool_source=inputs.pool_source,
         queries_source=inputs.source,
     )
+    identity = train_identity(inputs, prompts, eval_ex)
+    if claim is not None and resume:
+        check_resume(claim.path, config, guided, identity)  # before anything in OUT is written
     out_path = None if claim is None else claim.start_in_place()
-    trainer = Trainer(guided, inputs.task, train_ex, eval_ex, config, out=out_path, progress=progress, prompts=prompts)
+    trainer = Trainer(
+        guided,
+        inputs.task,
+        train_ex,
+        eval_ex,
+        config,
+        out=out_path,
+        progress=progress,
+        prompts=prompts,
+        inputs=identity,
+    )
     result = trainer.fit(resume=resume and out_path is not None)
     summary = {
         **result.summary,
@@ -208,8 +229,48 @@ def _train(
             )
         metrics = {"task": inputs.task.name, "split": "eval", **task_metrics(preds, inputs.task)}
     if claim is not None:
-        _write_outputs(claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed, prompts)
+        _write_outputs(
+            claim, result.guided, inputs, summary, history, metrics, train_ex, eval_ex, seed, prompts, identity
+        )
     return TrainRun(result.guided, summary, history, metrics, out_path)
+
+
+def train_identity(inputs: Inputs, prompts: Any, eval_ex: list[dict]) -> dict[str, Any]:
+    """What shapes a training run's tokens, with its ``run_key`` (SHA-256 of the rest, first 16 hex): the task file
+    (source and sha256), the prompt options (chat, system prompt, shots, template name and arguments), the chat
+    template (text sha256, source, arguments: :meth:`~anchorlens.tasks.prompts.Prompts.chat_template`), the few-shot
+    draw (:meth:`~anchorlens.tasks.prompts.Prompts.demonstrations`) and the data and eval digests; the facts and
+    names :func:`~anchorlens.workflows.capture_run.run_identity` hashes for a capture."""
+    facts: dict[str, Any] = {
+        "task": inputs.task.name,
+        "task_source": inputs.task.describe_source(),
+        "prompt": prompts.options.describe(),
+        "chat_template": prompts.chat_template(),
+        **({"demonstrations": demos} if (demos := prompts.demonstrations()) is not None else {}),
+        "data_digest": examples_digest(inputs.examples),
+        "eval_digest": examples_digest(eval_ex),
+    }
+    facts = json.loads(json.dumps(facts, sort_keys=True, default=str))  # the form a checkpoint records it in
+    key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+    return {**facts, "run_key": key}
+
+
+def check_resume(out: Path, config: TrainConfig, guided: Any, identity: dict[str, Any]) -> None:
+    """Refuse (UsageError, one line) to resume ``out``'s latest step checkpoint when what shapes the training tokens
+    changed (naming what: :func:`~anchorlens.workflows.capture_run.describe_changes`) or the settings did; nothing
+    is read but its ``trainer_state.json`` and nothing is written. A checkpoint from before inputs were recorded is
+    checked on its settings only."""
+    path = latest_checkpoint(out)
+    if path is None:
+        return
+    facts = read_state_facts(path)
+    stored = facts.get("inputs")
+    if isinstance(stored, dict) and stored.get("run_key") != identity["run_key"]:
+        raise UsageError(
+            f"cannot resume {path}: the training tokens would differ ({describe_changes(stored, identity)}); "
+            "rerun the original command to resume it, or pass --force to start over"
+        )
+    check_resumable(path, facts, config, guided.config()["methods"])
 
 
 def _write_outputs(
@@ -223,15 +284,18 @@ def _write_outputs(
     eval_ex: list[dict],
     seed: int,
     prompts: Any,
+    identity: dict[str, Any],
 ) -> None:
-    """``final/`` (with the summary as ``training``), history.csv, metrics.json, summary.json, then manifest.json."""
+    """``final/`` (with the summary and what shaped its tokens as ``training``), history.csv, metrics.json,
+    summary.json, then manifest.json (the chat template, prompt options, task file and few-shot draw, and the run
+    key that hashes them)."""
     out = claim.path
     save_guidance_atomic(
         guided,
         out / "final",
         task=inputs.task.name,
         template=inputs.task.template.spec,
-        training=json.loads(json.dumps(summary, default=str)),
+        training=json.loads(json.dumps({**summary, "inputs": identity}, default=str)),
     )
     write_text(out / "history.csv", history.to_csv(index=False))
     write_json(out / "metrics.json", metrics)
@@ -248,6 +312,7 @@ def _write_outputs(
             **inputs.facts(prompts),
             roles=prompts.roles.to_json(),
             eval_digest=examples_digest(eval_ex),
+            run_key=identity["run_key"],
             latest_checkpoint=str(latest_checkpoint(out)),
         )
     )
