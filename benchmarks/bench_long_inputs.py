@@ -4,9 +4,9 @@ SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) 
 fresh process, interleaved over ``--repeats`` rounds (the order of the modes rotating from round to round):
 ``plain`` (sdpa, LM head skipped), ``eager`` (eager + output_attentions, first-token mass and row entropy
 taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4
-bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, plan ``auto``: the
-materialised plan for the default reducers on a CPU), ``kernel`` (the same reducers under the kernel plan: the flash
-kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engine.kernel`). ``--reducers light`` streams
+bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, the materialised plan:
+what plan ``auto`` takes for the default reducers on a CPU), ``kernel`` (the same reducers under the kernel plan: the
+flash kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engine.kernel`). ``--reducers light`` streams
 role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's). A short input's
 forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
 and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
@@ -76,7 +76,7 @@ def child(mode: str, length: int, out: Path, min_seconds: float, reducers: str =
             eager_statistics(base, b)
         else:
             made = default_reducers() if reducers == "default" else [make_reducer(n) for n in LIGHT]
-            plan = "kernel" if mode == "kernel" else "auto"
+            plan = "kernel" if mode == "kernel" else "materialised"
             stream_statistics(base, [b], made, options=CaptureOptions(plan=plan))
 
     run(warm)
@@ -148,8 +148,8 @@ def main() -> None:
         f"{args.reducers} reducers"
     )
     print(
-        "| T | capture CPU / plain (plan auto) | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
-        "(rounds) | peak RSS above model: plain / capture / kernel / eager (MiB) |"
+        "| T | materialised plan CPU / plain | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
+        "(rounds) | peak RSS above model: plain / materialised / kernel / eager (MiB) |"
     )
     print("|---|---|---|---|---|---|")
     for length in lengths:

@@ -34,10 +34,10 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows, visible_keys
+from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows
 from anchorlens.engine.context import current
 from anchorlens.engine.edit import KnockoutEdit
-from anchorlens.engine.kernel import KernelPlan, kernel_attention, kernel_refusal
+from anchorlens.engine.kernel import KernelCall, KernelPlan, kernel_refusal
 from anchorlens.engine.observer import Observer
 from anchorlens.engine.output import (
     FusedColumns,
@@ -158,39 +158,41 @@ def _kernel_forward(
     kwargs: dict,
 ) -> torch.Tensor:
     """[B, Q, H, D]: the output, with the statistics the sink reads from the kernel's log-sum-exp handed over in
-    one event (no probabilities, :mod:`~anchorlens.engine.kernel`)."""
+    events of query chunks (no probabilities, :mod:`~anchorlens.engine.kernel`): the kernel passes run over all
+    queries, the chunks bound what grows with Q·K (visibility, small-set sums) as the materialised plan's do."""
     dev = call.query.device
     columns = active.key_columns(site, dev, torch.float32)
     scored = active.score_columns(site, dev, torch.float32)
-    q_len, k_len = call.query.shape[2], call.key.shape[2]
-    visible = active.shared.get(  # one tensor for the layers of a forward: consumers cache their work on it
-        ("kernel_visible", call.mask, q_len, k_len, call.causal, call.window),
-        lambda: visible_keys(call, 0, q_len)[..., :k_len],
-    )
-    result = kernel_attention(call, columns, scored, _kernel_plan(active, site, call), visible)
+    whole = KernelCall(call, columns, scored, _kernel_plan(active, site, call))
     strict = active.options.mode != "fast"  # strict: sdpa's own output, bit for bit
-    output = _sdpa_output(module, call, dropout, is_causal, kwargs) if strict else result.output
+    output = _sdpa_output(module, call, dropout, is_causal, kwargs) if strict else whole.output
     norms = value_norms(module, call.value, call.query.shape[1]) if active.wants_value_norms else None
-    lse, key_sums, score_sums = result.lse, result.key_sums, result.score_sums
-    if heads is not None:
-        lse = lse.index_select(1, heads)
-        key_sums = None if key_sums is None else key_sums.index_select(1, heads)
-        score_sums = None if score_sums is None else score_sums.index_select(1, heads)
-        norms = None if norms is None else norms.index_select(1, heads)
-    active.emit(
-        site,
-        None,
-        result.visible,
-        0,
-        None,
-        lse,
-        key_sums=key_sums,
-        key_columns=columns,
-        value_norms=norms,
-        score_sums=score_sums,
-        score_columns=scored,
-        plan=KERNEL,
-    )
+    norms = None if norms is None or heads is None else norms.index_select(1, heads)
+    q_len = call.query.shape[2]
+    rows = chunk_rows(call, call.query.shape[1], active.options.memory_budget, causal=call.causal)
+    for start in range(0, q_len, rows):
+        stop = min(start + rows, q_len)
+        vis = _shared_visibility(active, call, start, stop)
+        got = whole.chunk(start, stop, vis.visible)
+        lse, key_sums, score_sums = got.lse, got.key_sums, got.score_sums
+        if heads is not None:
+            lse = lse.index_select(1, heads)
+            key_sums = None if key_sums is None else key_sums.index_select(1, heads)
+            score_sums = None if score_sums is None else score_sums.index_select(1, heads)
+        active.emit(
+            site,
+            None,
+            vis.visible,
+            start,
+            None,
+            lse,
+            key_sums=key_sums,
+            key_columns=columns,
+            value_norms=norms,
+            score_sums=score_sums,
+            score_columns=scored,
+            plan=KERNEL,
+        )
     return output
 
 

@@ -105,6 +105,11 @@ class _Kernel:
         )
         return out, lse
 
+    def score_pass(self, keys: torch.Tensor) -> torch.Tensor:
+        """[B, H, Q, 1]: scaling * q_i . (P @ keys)_i, the score sum sum_j p_ij s_ij when ``keys`` are the keys
+        ([B, H, K, D]; the keys times a weight per key give the weighted sum)."""
+        return (self.attend(keys)[0].float() * self.query.float()).sum(-1, keepdim=True) * self.call.scaling
+
     def columns_pass(self, columns: torch.Tensor) -> torch.Tensor:
         """P @ columns: [B, K, C] float32 -> [B, H, Q, C], in passes of up to D columns."""
         parts = []
@@ -175,14 +180,18 @@ class _Split:
         return cls(small, direct, complement, small_rest, passes)
 
 
-def _small_set_probs(kernel: _Kernel, lse: torch.Tensor, visible: torch.Tensor, small: torch.Tensor) -> tuple:
-    """P and scores on the small set: ([B, H, Q, N] float32 probabilities, [B, H, Q, N] scores)."""
+def _small_set_probs(
+    kernel: _Kernel, lse: torch.Tensor, visible: torch.Tensor, small: torch.Tensor, start: int, stop: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """P and scores of queries ``start:stop`` on the small set: ([B, H, q, N] float32 probabilities, [B, H, q, N]
+    scores, 0 where hidden); lse [B, H, q, 1]; visible [B|1, 1, q, K'] (keys from K' on hidden)."""
     keys = kernel.key.index_select(2, small).float()
-    scores = torch.matmul(kernel.query.float(), keys.transpose(-1, -2)) * kernel.call.scaling
+    scores = torch.matmul(kernel.query[:, :, start:stop].float(), keys.transpose(-1, -2)) * kernel.call.scaling
     if kernel.mask is not None:
-        mask = kernel.mask.index_select(-1, small).float()
+        mask = kernel.mask[..., start:stop, :].index_select(-1, small).float()
         scores = scores + mask.clamp_min(torch.finfo(torch.float32).min)
-    seen = visible.index_select(-1, small)
+    covered = small < visible.shape[-1]
+    seen = visible.index_select(-1, torch.where(covered, small, 0)) & covered
     probs = torch.where(seen, (scores - lse).exp(), 0.0)
     return probs, torch.where(seen, scores, 0.0)
 
@@ -214,52 +223,99 @@ class KernelPlan:
         return cls(split, key_count, passes)
 
 
+class KernelCall:
+    """One call under the kernel plan: the kernel passes over all queries at once (each O(Q·D) memory), then the
+    statistics of any query chunk (:meth:`chunk`: the small-set sums there, O(q·N)), so that no tensor grows with
+    Q·K.
+
+    output: [B, Q, H, D] in the value dtype (as transformers' sdpa path returns it); lse: [B, H, Q, 1] float32 (very
+    negative for a query that sees no key, as the materialised plan's log normaliser); passes: the kernel passes run.
+    """
+
+    def __init__(
+        self,
+        call: AttentionCall,
+        key_columns: torch.Tensor | None = None,
+        score_columns: torch.Tensor | None = None,
+        plan: KernelPlan | None = None,
+    ) -> None:
+        kernel = self._kernel = _Kernel(call)
+        k_len = call.key.shape[2]
+        self.plan = plan if plan is not None else KernelPlan.of(key_columns, score_columns, k_len, kernel.width)
+        self.passes = self.plan.passes
+        out, lse = kernel.attend(_expand_heads(call.value, call.query.shape[1]))
+        self.output = out.transpose(1, 2).contiguous()
+        self._lse = lse.float().unsqueeze(-1)  # [B, H, Q, 1]; queries that see no key are set per chunk
+        self._columns = None if key_columns is None else key_columns[:, :k_len].float()
+        self._scored = None if score_columns is None else score_columns[:, :k_len].float()
+        split, c = self.plan.split, 0 if key_columns is None else key_columns.shape[-1]
+        self._key_split = None if split is None or key_columns is None else _take(split, 0, c)
+        self._score_split = None if split is None or score_columns is None else _take(split, c, None)
+        self._key_passed = None  # [B, H, Q, C_pass]: the columns that need a pass, for all queries
+        if self._columns is not None and self._key_split is not None and self._key_split.passes.any():
+            index = self._key_split.passes.nonzero().squeeze(1)
+            self._key_passed = kernel.columns_pass(self._columns.index_select(-1, index))
+        self._score_total = self._score_passed = None
+        if self._scored is not None and self._score_split is not None:
+            # the score sum over every key a query sees: scaling * q_i . (P @ K)_i, one kernel pass
+            self._score_total = kernel.score_pass(kernel.key)
+            if self._score_split.passes.any():
+                index = self._score_split.passes.nonzero().squeeze(1)
+                picked = self._scored.index_select(-1, index)  # [B, K, n]: P @ (K * w) per weighted column
+                weighted = [kernel.key * picked[:, None, :, i, None].to(kernel.key.dtype) for i in range(len(index))]
+                self._score_passed = torch.stack([kernel.score_pass(keys)[..., 0] for keys in weighted], -1)
+
+    def chunk(self, start: int, stop: int, visible: torch.Tensor) -> KernelChunk:
+        """The statistics of queries ``start:stop``; visible: [B|1, 1, q, K'] bool, the keys each of them sees
+        (K' <= K: the keys after K' are hidden from all of them)."""
+        sees = visible.any(-1, keepdim=True)  # [B|1, 1, q, 1]
+        lse = torch.where(sees, self._lse[:, :, start:stop], torch.finfo(torch.float32).min)
+        split = self.plan.split
+        small = small_scores = None
+        if split is not None and split.small.numel():
+            small, small_scores = _small_set_probs(self._kernel, lse, visible, split.small, start, stop)
+        key_sums = score_sums = None
+        if self._columns is not None and self._key_split is not None:
+            passed = None if self._key_passed is None else self._key_passed[:, :, start:stop]
+            key_sums = _sums(self._key_split, small, sees.float(), passed, lse.shape)
+        if self._scored is not None and self._score_split is not None and self._score_total is not None:
+            total = torch.where(sees, self._score_total[:, :, start:stop], 0.0)  # no key: no scores to sum
+            weighted = None if small is None or small_scores is None else small * small_scores
+            passed = None if self._score_passed is None else self._score_passed[:, :, start:stop]
+            score_sums = _sums(self._score_split, weighted, total, passed, lse.shape)
+        return KernelChunk(lse, key_sums, score_sums)
+
+
+@dataclass(frozen=True)
+class KernelChunk:
+    """The statistics of one chunk of q queries: lse [B, H, q, 1], key_sums [B, H, q, C] or None, score_sums
+    [B, H, q, S] or None (float32)."""
+
+    lse: torch.Tensor
+    key_sums: torch.Tensor | None
+    score_sums: torch.Tensor | None
+
+
 def kernel_attention(
     call: AttentionCall,
     key_columns: torch.Tensor | None = None,
     score_columns: torch.Tensor | None = None,
     plan: KernelPlan | None = None,
-    visible: torch.Tensor | None = None,
 ) -> KernelResult:
-    """The output of ``call`` and the statistics asked for, from the kernel and its log-sum-exp (module docstring).
+    """The output of ``call`` and the statistics asked for, for all queries at once (:class:`KernelCall`, one chunk).
 
     key_columns: [B, K, C] weights over the keys whose probability sums are wanted (``key_sums``); score_columns:
     [B, K, S] weights whose score sums sum_j p_ij s_ij W_js are wanted (``score_sums``); plan: their
-    :class:`KernelPlan` when the caller has it already; visible: [B|1, 1, Q, K] bool, which keys each query sees, when
-    the caller has it (the layers of a forward share one tensor, and consumers cache their work on it). The call
-    must pass :func:`kernel_refusal`.
+    :class:`KernelPlan` when the caller has it already. The call must pass :func:`kernel_refusal`.
     """
-    kernel = _Kernel(call)
+    whole = KernelCall(call, key_columns, score_columns, plan)
     q_len, k_len = call.query.shape[2], call.key.shape[2]
-    if plan is None:
-        plan = KernelPlan.of(key_columns, score_columns, k_len, kernel.width)
-    out, lse = kernel.attend(_expand_heads(call.value, call.query.shape[1]))
-    visible = visible_keys(call, 0, q_len)[..., :k_len] if visible is None else visible
-    sees = visible.any(-1, keepdim=True)  # [B|1, 1, Q, 1]
-    # a query that sees no key: a very negative finite log normaliser, as the materialised plan gives
-    lse = torch.where(sees, lse.float().unsqueeze(-1), torch.finfo(torch.float32).min)
-    split = plan.split
-    small_probs = small_scores = None
-    if split is not None and split.small.numel():
-        small_probs, small_scores = _small_set_probs(kernel, lse, visible, split.small)
-    key_sums = score_sums = None
-    c = 0 if key_columns is None else key_columns.shape[-1]
-    if key_columns is not None:
-        assert split is not None
-        key_sums = _sums(kernel, key_columns[:, :k_len].float(), _take(split, 0, c), small_probs, sees.float())
-    if score_columns is not None:
-        assert split is not None
-        part = _take(split, c, c + score_columns.shape[-1])
-        # the score sum over every key a query sees: scaling * q_i . (P @ K)_i, one kernel pass
-        total = (kernel.attend(kernel.key)[0].float() * call.query.float()).sum(-1, keepdim=True) * call.scaling
-        total = torch.where(sees, total, 0.0)  # a query that sees no key: no scores to sum
-        weighted = None if small_probs is None or small_scores is None else small_probs * small_scores
-        score_sums = _sums(kernel, score_columns[:, :k_len].float(), part, weighted, total, scores=True)
-    output = out.transpose(1, 2).contiguous()
-    return KernelResult(output, lse, visible, key_sums, score_sums, plan.passes)
+    visible = visible_keys(call, 0, q_len)[..., :k_len]
+    got = whole.chunk(0, q_len, visible)
+    return KernelResult(whole.output, got.lse, visible, got.key_sums, got.score_sums, whole.passes)
 
 
-def _take(split: _Split, start: int, stop: int) -> _Split:
+def _take(split: _Split, start: int, stop: int | None) -> _Split:
     """The part of ``split`` for columns ``start:stop``."""
     return _Split(
         split.small,
@@ -271,36 +327,25 @@ def _take(split: _Split, start: int, stop: int) -> _Split:
 
 
 def _sums(
-    kernel: _Kernel,
-    columns: torch.Tensor,
     split: _Split,
     small: torch.Tensor | None,
     total: torch.Tensor,
-    scores: bool = False,
+    passed: torch.Tensor | None,
+    shape: torch.Size,
 ) -> torch.Tensor:
-    """[B, H, Q, C] sums of P (or of P * s with ``scores``) over ``columns`` [B, K, C], by ``split``.
+    """[B, H, q, C] sums of P (or of P * s) over a split's columns, for one chunk of q queries.
 
-    small: [B, H, Q, N] the per-key terms on the small set (P, or P * s); total: [B|1, H|1, Q, 1] the sum over
-    every key a query sees (1, or 0 for a query that sees none; the score total)."""
-    b, h, q = kernel.query.shape[0], kernel.query.shape[1], kernel.query.shape[2]
-    out = torch.zeros(b, h, q, columns.shape[-1], dtype=torch.float32, device=columns.device)
+    small: [B, H, q, N] the per-key terms on the small set (P, or P * s); total: [B|1, H|1, q, 1] the sum over every
+    key a query sees (1, or 0 for a query that sees none; the score total); passed: [B, H, q, C_pass] the kernel
+    passes' sums of the split's pass columns; shape: (B, H, q, 1)."""
+    b, h, q = shape[0], shape[1], shape[2]
+    out = torch.zeros(b, h, q, split.passes.shape[0], dtype=torch.float32, device=total.device)
     if small is not None:
-        direct = torch.matmul(small, split.direct[:, None])  # [B, H, Q, C]
+        direct = torch.matmul(small, split.direct[:, None])  # [B, H, q, C]
         rest = torch.matmul(small, split.complement[:, None])
         out = out + direct + torch.where(split.is_complement, total - rest, 0.0)
     elif split.is_complement.any():
         out = out + torch.where(split.is_complement, total.expand(b, h, q, 1), 0.0)
-    if split.passes.any():
-        index = split.passes.nonzero().squeeze(1)
-        picked = columns.index_select(-1, index)
-        if scores:  # P @ (K * w) per weighted column, then scaling * q . it
-            summed = []
-            for col in range(picked.shape[-1]):
-                weighted_keys = kernel.key * picked[:, None, :, col, None].to(kernel.key.dtype)
-                along = kernel.attend(weighted_keys)[0].float()
-                summed.append((along * kernel.query.float()).sum(-1) * kernel.call.scaling)
-            passed = torch.stack(summed, -1)
-        else:
-            passed = kernel.columns_pass(picked)
-        out = out.index_copy(-1, index, passed.float())
+    if passed is not None:
+        out = out.index_copy(-1, split.passes.nonzero().squeeze(1), passed.float())
     return out
