@@ -31,6 +31,7 @@ import torch
 from anchorlens.errors import CheckpointError, UsageError
 from anchorlens.methods.peft_base import check_peft_base
 from anchorlens.methods.peft_files import INJECTED_TYPES, WEIGHTS_FILE, adapter_type, is_peft_dir, read_adapter_json
+from anchorlens.methods.peft_limits import check_adapter_limits
 from anchorlens.models.base import Base, fingerprint_hash
 from anchorlens.rundir import file_digest
 from anchorlens.tensorfile import check_float_tensors, load_tensors
@@ -202,6 +203,7 @@ def apply_adapter(base: Base, path: str | Path, *, merge: bool = False, allow_ot
     saved = _adapter_tensors(path)
     name = cfg.get("base_model_name_or_path") if isinstance(cfg.get("base_model_name_or_path"), str) else ""
     other = check_peft_base(cfg, base, path, allow_other_base)  # before PEFT reads the recorded base's config
+    check_adapter_limits(cfg, path, base.model)  # before PEFT allocates the ranks or matches the patterns
     model = _weight_sharing_copy(base.model)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):

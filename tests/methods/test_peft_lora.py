@@ -309,3 +309,41 @@ def test_an_adapter_made_for_the_hub_smollm2_is_at_home_on_the_embedded_copy(smo
     _edit_config(folder, base_model_name_or_path="HuggingFaceTB/SmolLM2-360M-Instruct")
     with pytest.raises(CheckpointError, match="names 'HuggingFaceTB/SmolLM2-360M-Instruct'"):
         load_guided(str(folder), base=smollm2)
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"r": 10**7}, r"r = 10000000 is not a rank this base's layers can have \(1\.\.64"),
+        ({"r": 0}, r"r = 0 is not a rank"),
+        ({"rank_pattern": {"q_proj": 10**9}}, r"rank_pattern\['q_proj'\] = 1000000000 is not a rank"),
+        ({"target_modules": "(a+"}, r"target_modules '\(a\+' is not a regular expression"),
+        ({"target_modules": "([a-z_.0-9]+)*!"}, r"takes more than 2 s to match .* nested quantifiers"),
+    ],
+)
+def test_sizes_and_patterns_are_checked_before_peft_allocates_or_matches(trained, tiny_base, tmp_path, changes, needle):
+    """A huge rank would allocate its matrices before PEFT reads the tensors, a backtracking target_modules pattern
+    would run for hours: both are one line naming the file and the key, within seconds and without allocating."""
+    import resource
+    import shutil
+    import time
+
+    path = tmp_path / "bad"
+    shutil.copytree(trained["lora"][1], path)
+    _edit_config(path, **changes)
+    began, peak = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(CheckpointError, match=needle):
+        load_guided(str(path), base=tiny_base(BASE))
+    assert time.monotonic() - began < 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200 * 1024  # KiB: nothing huge allocated
+
+
+def test_the_adapters_own_rank_and_a_plain_pattern_pass_the_limits(trained, tiny_base, tmp_path):
+    """The limits refuse nothing PEFT can build: the trained adapter (r = 4), and its modules as a pattern."""
+    import shutil
+
+    path = tmp_path / "pattern"
+    shutil.copytree(trained["lora"][1], path)
+    _edit_config(path, target_modules=r".*\.(q_proj|k_proj|v_proj|o_proj|up_proj)")
+    adapted = load_guided(str(path), base=tiny_base(BASE))
+    assert adapted is not None
