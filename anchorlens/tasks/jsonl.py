@@ -9,8 +9,10 @@ a line that is not JSON, a row that is not an object, a field whose type changes
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,8 +41,45 @@ def _decode(raw: bytes, where: str) -> str:
         ) from None
 
 
+MOST_NESTING = 500  # JSON nested deeper than this is refused before parsing (the C parser recurses per level)
+
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def nesting_depth(text: str) -> int:
+    """How deeply ``text``'s arrays and objects nest (brackets inside strings not counted); a count alone when the
+    text holds few brackets, else one pass of regular expressions."""
+    opening = text.count("[") + text.count("{")
+    if opening <= MOST_NESTING:
+        return opening
+    steps = [1 if b in "[{" else -1 for b in _BRACKETS.findall(_STRING.sub("", text))]
+    return max(itertools.accumulate(steps), default=0)
+
+
+def check_nesting(path: Path) -> None:
+    """DataError naming ``FILE:LINE`` when a JSON Lines row (or a JSON array file) nests deeper than
+    :data:`MOST_NESTING`: the readers recurse once per level in C and would crash the process."""
+    first = next(read_lines(path), None)
+    if first is not None and first[1].lstrip().startswith(b"["):
+        with os_errors(path, "cannot read data file"):
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        if nesting_depth(text) > MOST_NESTING + 1:  # the array itself is one level
+            raise DataError(f"{path}: nested deeper than {MOST_NESTING} levels; flatten the rows")
+        return
+    for lineno, raw in read_lines(path):
+        if raw.count(b"[") + raw.count(b"{") > MOST_NESTING and (
+            nesting_depth(raw.decode("utf-8", errors="replace")) > MOST_NESTING
+        ):
+            raise DataError(f"{path}:{lineno}: nested deeper than {MOST_NESTING} levels; flatten the row")
+
+
 def _parse(text: str, where: str) -> dict[str, Any]:
-    """One JSON object; DataError for invalid JSON, NaN/Infinity, or a non-object."""
+    """One JSON object; DataError for invalid JSON, NaN/Infinity, nesting deeper than :data:`MOST_NESTING`, or a
+    non-object."""
+    if nesting_depth(text) > MOST_NESTING:
+        raise DataError(f"{where}: nested deeper than {MOST_NESTING} levels; flatten the row")
     try:
         row = json.loads(text, parse_constant=_reject_constant)
     except json.JSONDecodeError as err:
@@ -118,6 +157,8 @@ def scan_json_lines(path: Path) -> str | None:
     if first is not None and first[1].lstrip().startswith(b"["):
         with os_errors(path, "cannot read data file"):
             text = _decode(path.read_bytes().removeprefix(BOM), str(path))
+        if nesting_depth(text) > MOST_NESTING + 1:  # the array itself is one level
+            return f"{path}: nested deeper than {MOST_NESTING} levels; flatten the rows"
         try:
             rows = json.loads(text, parse_constant=_reject_constant)
         except (json.JSONDecodeError, ValueError) as err:

@@ -142,6 +142,10 @@ def _open_file(source: DataSource) -> tuple[Any, str]:
     digest = file_digest(path, "cannot read --data")
     if source.format in ("json", "csv", "text"):
         _check_text_file(path, source.format)
+    if source.format == "json":
+        from anchorlens.tasks.jsonl import check_nesting
+
+        check_nesting(path)  # before a reader recurses into it
     datasets = _quiet_datasets()
     kwargs: dict[str, Any] = {}
     if source.format == "csv":

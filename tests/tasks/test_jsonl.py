@@ -61,6 +61,16 @@ def test_malformed_json_names_file_and_line(tmp_path):
     assert msg.startswith(f"{path}:3: not valid JSON (")
 
 
+def test_a_deeply_nested_row_is_one_line_naming_file_and_line(tmp_path):
+    deep = '{"premise": "P.", "hypothesis": "H.", "label": "entailment", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    path = _write(tmp_path, [_row(), deep])
+    assert _error(path) == f"{path}:2: nested deeper than 500 levels; flatten the row"
+    text = "[{" * 600 + ' \\" [['  # brackets in a string (an escaped quote among them) are text, not nesting
+    row = json.dumps({"premise": text, "hypothesis": "H.", "label": "entailment"})
+    rows = load_examples(_write(tmp_path, [_row(), row]), "RTE")
+    assert rows[1]["premise"] == text
+
+
 def test_row_that_is_not_an_object(tmp_path):
     path = _write(tmp_path, [_row(), "[1, 2]"])
     assert _error(path) == f"{path}:2: expected a JSON object, got list"
