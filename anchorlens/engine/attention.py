@@ -34,7 +34,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows
+from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows, visible_keys
 from anchorlens.engine.context import current
 from anchorlens.engine.edit import KnockoutEdit
 from anchorlens.engine.kernel import KernelCall, KernelPlan, kernel_refusal
@@ -61,6 +61,21 @@ def _shared_visibility(active: Observer, call: AttentionCall, start: int, stop: 
         ("visibility", call.mask, start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window),
         lambda: Visibility.of(call, start, stop),
     )
+
+
+def _shared_kernel_visible(active: Observer, call: AttentionCall, start: int, stop: int) -> torch.Tensor:
+    """[B|1, 1, q, K'] bool: the keys queries ``start:stop`` see, trimmed as :class:`Visibility` trims, once per
+    mask and chunk for the layers of a forward (the kernel plan needs no logit bias: an eighth of the memory)."""
+    return active.shared.get(
+        ("kernel_visible", call.mask, start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window),
+        lambda: _trimmed(visible_keys(call, start, stop)),
+    )
+
+
+def _trimmed(visible: torch.Tensor) -> torch.Tensor:
+    """``visible`` without the trailing keys no query of it sees (at least one key kept)."""
+    seen = visible.flatten(0, -2).any(0).nonzero()
+    return visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
 
 
 def _shared_edited_visibility(
@@ -172,8 +187,8 @@ def _kernel_forward(
     rows = chunk_rows(call, call.query.shape[1], active.options.memory_budget, causal=call.causal)
     for start in range(0, q_len, rows):
         stop = min(start + rows, q_len)
-        vis = _shared_visibility(active, call, start, stop)
-        got = whole.chunk(start, stop, vis.visible)
+        visible = _shared_kernel_visible(active, call, start, stop)
+        got = whole.chunk(start, stop, visible)
         lse, key_sums, score_sums = got.lse, got.key_sums, got.score_sums
         if heads is not None:
             lse = lse.index_select(1, heads)
@@ -182,7 +197,7 @@ def _kernel_forward(
         active.emit(
             site,
             None,
-            vis.visible,
+            visible,
             start,
             None,
             lse,
@@ -246,6 +261,7 @@ def anchorlens_attention_forward(
             lambda: _kernel_refusal(observer, observed, call, edit is not None, dropout, module.training),
             lambda: _kernel_plan(observer, observed, call).passes,
             query.device.type,
+            key.shape[2],
         )
         active.note_plan(site, plan)
         if plan == KERNEL:

@@ -6,7 +6,8 @@ kernel plan gives and the call to be one the kernel computes exactly (:func:`~an
 asked for explicitly, anything else is one line naming the reducer, the quantity or the reason, and the site — never
 a silent fallback. ``auto`` takes the kernel plan where it may and where its passes cost less than materialising
 (:data:`AUTO_MAX_PASSES`: on a CPU, where the materialised plan's matrix products run about as fast as the flash
-kernel, only when the statistics need one extra pass at most).
+kernel, when the statistics need no pass beyond the output's, and from :data:`AUTO_LONG_KEYS` keys on when they need
+one more, as an entropy does).
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from anchorlens.errors import UsageError
 
 KERNEL = "kernel"
 MATERIALISED = "materialised"
-# the most kernel passes ``auto`` takes the kernel plan for, per device type: measured against the materialised
-# plan with ``benchmarks/bench_long_inputs.py`` (docs/performance.md); device types absent here always materialise
+# the most kernel passes ``auto`` takes the kernel plan for, per device type, below and from a number of keys:
+# measured against the materialised plan with ``benchmarks/bench_long_inputs.py`` (docs/performance.md: on a CPU
+# the kernel plan with one extra pass costs more than materialising up to 4,096 tokens and less at 8,192, where the
+# materialised plan's float32 chunks outgrow the caches); device types absent here always materialise
 AUTO_MAX_PASSES = {"cpu": 1}
+AUTO_LONG_KEYS = {"cpu": 8192}
+AUTO_MAX_PASSES_LONG = {"cpu": 2}
 
 
 def choose_plan(
@@ -31,13 +36,14 @@ def choose_plan(
     refusal: Callable[[], str | None],
     passes: Callable[[], int],
     device: str,
+    keys: int = 0,
 ) -> str:
     """``"kernel"`` or ``"materialised"`` for one call at ``site`` (module docstring).
 
     wanted: the observer's ``plan`` option; reads: what its sink reads; readers(quantity): who reads it (for the
     message); refusal(): why the kernel cannot compute this call, or None; passes(): the kernel passes the
-    statistics would cost; device: the inputs' device type. Raises UsageError where ``kernel`` was asked for and
-    cannot run."""
+    statistics would cost; device: the inputs' device type; keys: the call's key count. Raises UsageError where
+    ``kernel`` was asked for and cannot run."""
     if wanted == MATERIALISED:
         return MATERIALISED
     missing = sorted(reads - KERNEL_QUANTITIES)
@@ -56,4 +62,6 @@ def choose_plan(
         return KERNEL
     if missing or device not in AUTO_MAX_PASSES or refusal() is not None:
         return MATERIALISED
-    return KERNEL if passes() <= AUTO_MAX_PASSES[device] else MATERIALISED
+    long = keys >= AUTO_LONG_KEYS.get(device, keys + 1)
+    most = AUTO_MAX_PASSES_LONG[device] if long else AUTO_MAX_PASSES[device]
+    return KERNEL if passes() <= most else MATERIALISED

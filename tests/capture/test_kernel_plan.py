@@ -202,6 +202,16 @@ def test_choose_plan_names_the_reader_the_quantity_and_the_site():
     assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 1, "cuda") == (
         "materialised"
     )
+    # an entropy's one extra pass: materialised below 8,192 keys on a CPU, the kernel plan from there on
+    assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 2, "cpu", 4096) == (
+        "materialised"
+    )
+    assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 2, "cpu", 8192) == (
+        "kernel"
+    )
+    assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 3, "cpu", 8192) == (
+        "materialised"
+    )
     with pytest.raises(UsageError, match="^my_reducer reads probs at decoder.3, which the kernel plan does not"):
         choose_plan("kernel", frozenset({"probs", "key_sums"}), *args)
     with pytest.raises(UsageError, match="cannot compute decoder.3 exactly: the module soft-caps"):
