@@ -85,6 +85,40 @@ def test_out_holding_the_data_file_is_refused(tmp_path, monkeypatch):
     assert data.is_file()
 
 
+REVIEWS = (
+    'name = "reviews"\ntemplate = "Review: {text}\\nSentiment:"\nlabels = { positive = " good", negative = " bad" }\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("task", "data", "named"),
+    [
+        # the data a task file names (data = ...) under a name the run wrote: the stray-entry rule cannot see it
+        ("task.toml", "ev/predictions.csv", "ev/predictions.csv"),
+        ("task.toml", "ev/examples.jsonl", "ev/examples.jsonl"),
+        ("ev/task.toml", None, "ev/task.toml"),  # the task file itself inside --out (data from --data)
+    ],
+)
+def test_out_holding_what_the_task_file_reads_is_refused(tmp_path, monkeypatch, task, data, named):
+    """Issue 41: --force replaced an --out holding the run's data when the task file named it (``data = ...``),
+    not --data: the new predictions.csv overwrote the user's data of that name."""
+    monkeypatch.chdir(tmp_path)
+    Path("d.csv").write_text("text,label\nGreat kettle.,positive\nBroke fast.,negative\n")
+    Path("task0.toml").write_text(REVIEWS)
+    assert (
+        cli("evaluate", "--ckpt", "base", "--task", "task0.toml", "--data", "d.csv", *TINY, "--out", "ev").exit_code
+        == 0
+    )
+    if data is not None:
+        Path(data).write_text(Path("d.csv").read_text())  # the user's data, kept beside the results
+    Path(task).write_text(REVIEWS + (f'data = "{data}"\n' if data else ""))
+    before = tree(Path("ev"))
+    extra = ["--data", "d.csv"] if data is None else []
+    result = cli("evaluate", "--ckpt", "base", "--task", task, *extra, *TINY, "--out", "ev", "--force")
+    one_line_error(result, f"--out ev holds the input {named}", "--out runs/")
+    assert tree(Path("ev")) == before  # the data, the task file and the old results are untouched
+
+
 def test_local_paths_of_specs_and_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ck").mkdir()

@@ -155,6 +155,30 @@ class OwnBaseModelOptions(ModelOptions):
         return None
 
 
+def task_file_inputs(task: str, data: str | None) -> list[str]:
+    """The task file ``--task`` names and, when ``data`` (--data) is None, the data file its ``data =`` key names:
+    inputs an --out may not be or hold, as --data (``[]`` for a built-in task). Read with tomllib alone, before the
+    heavy imports; a task file that does not parse gives its file only (the task reader then refuses it, in one
+    line). A harness YAML's default data is a hub dataset, never a local file."""
+    text = str(task).strip()
+    path = Path(text).expanduser()
+    if not (text.lower().endswith((".toml", ".yaml", ".yml")) or "/" in text) or not path.is_file():
+        return []
+    reads = [text]
+    if data is None and path.suffix.lower() == ".toml":
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover - Python 3.10
+            import tomli as tomllib
+        try:
+            default = tomllib.loads(path.read_bytes().decode("utf-8-sig")).get("data")
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            default = None
+        if isinstance(default, str):
+            reads.append(default)
+    return reads
+
+
 @dataclass(frozen=True)
 class DataOptions:
     """Which task and examples (the bundled set, a file, a saved dataset, a hub dataset), optionally the first N,
@@ -210,9 +234,10 @@ class DataOptions:
                     input_file(value, flag)
 
     @property
-    def sources(self) -> tuple[str | None, str | None]:
-        """``--data`` and ``--shots-from``: the files this command reads (an --out may not touch them)."""
-        return self.data, self.shots_from
+    def sources(self) -> tuple[str | None, ...]:
+        """``--data``, ``--shots-from``, the task file and, without --data, the data its ``data =`` names: the
+        files this command reads (an --out may not touch them)."""
+        return self.data, self.shots_from, *task_file_inputs(self.task, self.data)
 
     def prompt(self):
         """The :class:`~anchorlens.tasks.prompts.PromptOptions` of these flags."""
