@@ -31,6 +31,8 @@ STAGE_LINE = re.compile(r" \.\.\.$|: done in \d")
 PROGRESS = re.compile(r"^predict \w+: .*batch/s\]$")  # evaluate's bar, drawn before the first batch is built
 HEADER = "premise,hypothesis,label\n"
 TASK = 'name = "reviews"\ntemplate = "Review: {text}\\nSentiment:"\n'
+REVIEWS = TASK + 'labels = { positive = " good", negative = " bad" }\n'
+HARNESS = b'task: t\ndoc_to_choice: ["no", "yes"]\ndoc_to_text: "{{premise}} caf\xe9? {{hypothesis}}"\n'
 
 Files = Callable[[Path], object]
 
@@ -38,6 +40,16 @@ Files = Callable[[Path], object]
 def text(name: str, body: str) -> Files:
     """Write ``body`` to ``{d}/name``."""
     return lambda d: (d / name).write_text(body)
+
+
+def raw(**files: bytes) -> Files:
+    """Write each ``name=bytes`` to ``{d}/name`` (a dot in a name is written ``_``: ``bad_yaml`` is bad.yaml)."""
+
+    def build(d: Path) -> None:
+        for name, body in files.items():
+            (d / name.replace("_", ".")).write_bytes(body)
+
+    return build
 
 
 def fifo(name: str) -> Files:
@@ -149,6 +161,44 @@ CASES = [
         "max-length-below-the-template",
         (*EVALUATE, "--max-length", "3"),
         r"a max length of 3 tokens cannot hold an input: .* take (\d+); pass --max-length \1 or more",
+    ),
+    # a harness YAML (or a file it includes) that is not UTF-8: FILE:LINE and the byte, not an internal error
+    Case(
+        "harness-yaml-not-utf8",
+        (*CAPTURE, "--task", "{d}/bad.yaml"),
+        r"{d}/bad.yaml:3: not UTF-8 \(byte 0xe9 at column 30\); re-encode the file as UTF-8",
+        raw(bad_yaml=HARNESS),
+    ),
+    Case(
+        "harness-included-yaml-not-utf8",
+        (*CAPTURE, "--task", "{d}/child.yaml"),
+        r"{d}/base.yaml:3: not UTF-8 \(byte 0xe9 at column 30\); re-encode the file as UTF-8",
+        raw(base_yaml=HARNESS, child_yaml=b"include: base.yaml\ntask: child\n"),
+    ),
+    # a data label the task file has no verbalizer for, at evaluate: FILE:LINE, the label and the task's labels
+    Case(
+        "evaluate-label-not-in-the-task-file",
+        (*EVALUATE, "--task", "{d}/task.toml", "--data", "{d}/a.jsonl"),
+        r"{d}/a.jsonl:2: label 'neutral' is not one of \('positive', 'negative'\) for task reviews; "
+        r"give it a verbalizer in {d}/task.toml \(or drop the row\)",
+        lambda d: (
+            (d / "task.toml").write_text(REVIEWS),
+            (d / "a.jsonl").write_text(
+                '{"text": "Good.", "label": "positive"}\n{"text": "Meh.", "label": "neutral"}\n'
+            ),
+        ),
+    ),
+    Case(
+        "evaluate-number-label-not-in-the-task-file",
+        (*EVALUATE, "--task", "{d}/task.toml", "--data", "{d}/a.csv"),
+        r"{d}/a.csv: row 2: label '5' is not one of \(0, 1\) for task reviews; give it a verbalizer in {d}/task.toml",
+        lambda d: (
+            (d / "task.toml").write_text(
+                TASK + 'label_field = "stars"\nlabels = [{ value = 0, verbalizer = " bad" }, '
+                '{ value = 1, verbalizer = " good" }]\n'
+            ),
+            (d / "a.csv").write_text("text,stars\nGood.,1\nMeh.,5\n"),
+        ),
     ),
     # 6. a named pipe would block the read forever
     Case(

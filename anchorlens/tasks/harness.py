@@ -91,12 +91,26 @@ def _loader() -> Any:
     return Loader
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    """One YAML mapping; DataError (one line naming the file) otherwise."""
+def _read_text(path: Path) -> str:
+    """The file's text; a byte that is not UTF-8 is one line naming ``FILE:LINE``, the byte and its column."""
+    with os_errors(path, "cannot read task file"):
+        raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        start = 3 if raw.startswith(b"\xef\xbb\xbf") else 0
+        at = start + err.start
+        line, column = raw.count(b"\n", 0, at) + 1, at - max(raw.rfind(b"\n", 0, at) + 1, start) + 1
+        raise DataError(
+            f"{path}:{line}: not UTF-8 (byte 0x{raw[at]:02x} at column {column}); re-encode the file as UTF-8"
+        ) from None
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], str]:
+    """One YAML mapping and the file's text; DataError (one line naming the file) otherwise."""
     import yaml
 
-    with os_errors(path, "cannot read task file"):
-        text = path.read_text(encoding="utf-8-sig")
+    text = _read_text(path)
     try:
         data = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
@@ -105,13 +119,12 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         raise DataError(f"{path}: not valid YAML{line} ({getattr(err, 'problem', None) or err})") from None
     if not isinstance(data, dict):
         raise DataError(f"{path}: a harness task file is a YAML mapping of keys (task, doc_to_text, ...)")
-    return data
+    return data, text
 
 
 def _with_includes(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict[str, Any], str]:
     """The file's keys over those of the file it ``include``s (recursively), and the text of all of them."""
-    data = _read_yaml(path)
-    text = path.read_text(encoding="utf-8-sig")
+    data, text = _read_yaml(path)
     include = data.pop("include", None)
     if include is None:
         return data, text
