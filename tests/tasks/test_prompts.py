@@ -62,6 +62,49 @@ def test_other_seeds_draw_other_demonstrations_and_too_many_shots_fail():
         build_prompts(get_task("text"), tok, PromptOptions(shots=1))
 
 
+class _CountingTokenizer:
+    """A tokenizer that records the longest text it was given in one call."""
+
+    def __init__(self, tok) -> None:
+        self.tok, self.longest = tok, 0
+
+    def __call__(self, text, **kwargs):
+        self.longest = max(self.longest, *(len(t) for t in ([text] if isinstance(text, str) else text)))
+        return self.tok(text, **kwargs)
+
+
+class _CountingDocuments(list):
+    """Documents that count how often one is read."""
+
+    reads = 0
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return super().__getitem__(i)
+
+
+def test_a_document_on_one_long_line_is_tokenized_in_pieces_and_read_once():
+    """Issue 41: ``--task text`` on a 50 MB file without a newline tokenized the line in one call (73 s and 9 GB
+    for tiny-llama) and read the whole document again for every window. The tokenizer now sees at most PIECE
+    characters at once, the windows are the ones the whole text gives (the same tokens, tiling the text) and
+    iterating over them reads the document once."""
+    from anchorlens.tasks import windows as windows_module
+
+    tok = tiny_tokenizer("llama")
+    text = "The cat sat on the mat. A dog ran, then it sang! " * 5000  # 250,000 characters, one line
+    spy = _CountingTokenizer(tok)
+    docs = _CountingDocuments([{"text": text, "idx": "doc-a"}])
+    windows = Windows(docs, spy, max_length=64)
+    assert spy.longest <= windows_module.PIECE < len(text)
+    whole = tok(text, add_special_tokens=False)["input_ids"]
+    assert len(windows) == -(-len(whole) // windows.per_window)
+    assert sum(int(n) for n in windows._spans[:, 4]) == len(whole)
+    docs.reads = 0
+    got = list(windows)
+    assert docs.reads == 1 and "".join(w["text"] for w in got) == text
+    assert {w["document"] for w in got} == {"doc-a"} and [w["window"] for w in got] == list(range(len(got)))
+
+
 def test_text_windows_cover_documents_and_roles_come_from_rules():
     tok = tiny_tokenizer("llama")
     docs = [
