@@ -16,7 +16,7 @@ from anchorlens.engine.kernel import SMALL_SET_KEYS, KernelPlan, kernel_attentio
 from anchorlens.engine.plan import choose_plan
 from anchorlens.errors import UsageError
 from anchorlens.models.tiny import TINY_BASES
-from anchorlens.tasks import bundled_examples, get_task
+from tests.methods.helpers import rte_batch
 
 pytestmark = pytest.mark.skipif(not kernel_available(), reason="this PyTorch lacks the CPU flash kernel")
 
@@ -28,13 +28,8 @@ REFUSED = {
 }
 
 
-def _batch(base, padding_side: str, n: int = 4):
-    task = get_task("rte")
-    base.tokenizer.padding_side = padding_side
-    try:
-        return base.encode([task.template.render(ex) for ex in bundled_examples("rte")[:n]])
-    finally:
-        base.tokenizer.padding_side = "right"
+def _batch(base, padding_side: str):
+    return rte_batch(base, padding_side, n=4)
 
 
 def _frames_agree(a, b, tol: float) -> float:
