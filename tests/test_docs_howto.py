@@ -53,26 +53,32 @@ def clean_registries():
     method_config._BY_KIND.update(methods[1])
 
 
-def test_reducer_guide_computes_the_diagonal_of_eager_attention(clean_registries):
+def eager_maps(model, inputs, prompts):
+    """(example, layer, [H, T, T] HF eager map, [T] bool real positions) of every example and layer of a guide's
+    batches (batch size 2, as the guides run them)."""
     from anchorlens.capture.certificate import eager_reference
     from anchorlens.capture.collect import encode_batches
 
+    for batch in encode_batches(model, inputs.examples, prompts, batch_size=2):
+        reference = eager_reference(model, batch)
+        (stack,) = reference
+        for layer, maps in reference[stack].items():  # [B, H, T, T]
+            real = batch.attention_mask.bool()  # [B, T]
+            for b, example in enumerate(batch.example_ids.tolist()):
+                yield example, layer, maps[b].float(), real[b]
+
+
+def test_reducer_guide_computes_the_diagonal_of_eager_attention(clean_registries):
     ns = run_guide("how-to/reducer.md", {"smollm2-135m": "tiny-llama", '"instance"': '"base"'})
     rows, model, inputs, prompts = ns["rows"], ns["model"], ns["inputs"], ns["prompts"]
     assert set(rows["metric"]) == {"self_mass"}
     got = rows.set_index(["example", "layer", "head"])["value"]
     checked = 0
-    for batch in encode_batches(model, inputs.examples, prompts, batch_size=2):
-        reference = eager_reference(model, batch)
-        (stack,) = reference
-        for layer, maps in reference[stack].items():  # [B, H, T, T]
-            diag = maps.diagonal(dim1=-2, dim2=-1).float()  # [B, H, T]
-            real = batch.attention_mask.bool()  # [B, T]
-            for b, example in enumerate(batch.example_ids.tolist()):
-                expected = diag[b][:, real[b]].mean(-1)  # [H]
-                for head, value in enumerate(expected.tolist()):
-                    assert got[(example, layer, head)] == pytest.approx(value, abs=1e-5)
-                    checked += 1
+    for example, layer, maps, real in eager_maps(model, inputs, prompts):
+        expected = maps.diagonal(dim1=-2, dim2=-1)[:, real].mean(-1)  # [H]
+        for head, value in enumerate(expected.tolist()):
+            assert got[(example, layer, head)] == pytest.approx(value, abs=1e-5)
+            checked += 1
     assert checked == len(rows) and checked > 0
 
 
@@ -114,7 +120,6 @@ def test_key_mass_guide_sums_the_first_four_keys_of_eager_attention(clean_regist
     """The one-file reducer of the key-mass guide gives the mass eager attention puts on each example's first four
     real keys, under both plans, alone and beside the default reducers (whose key columns differ from its own)."""
     from anchorlens.analyses import default_reducers
-    from anchorlens.capture.certificate import eager_reference
     from anchorlens.capture.collect import encode_batches, stream_statistics
     from anchorlens.capture.options import CaptureOptions
 
@@ -127,16 +132,11 @@ def test_key_mass_guide_sums_the_first_four_keys_of_eager_attention(clean_regist
     for rows in (ns["rows"], beside.frame()):
         got = rows.set_index(["example", "layer", "head"])["value"]
         checked = 0
-        for batch in encode_batches(model, inputs.examples, prompts, batch_size=2):
-            reference = eager_reference(model, batch)
-            (stack,) = reference
-            for layer, maps in reference[stack].items():  # [B, H, T, T]
-                real = batch.attention_mask.bool()  # [B, T]
-                for b, example in enumerate(batch.example_ids.tolist()):
-                    first = real[b].nonzero().squeeze(1)[:4]  # the first four real keys
-                    mass = maps[b][:, real[b]][:, :, first].float().sum(-1).mean(-1)  # [H]
-                    for head, value in enumerate(mass.tolist()):
-                        assert got[(example, layer, head)] == pytest.approx(value, abs=1e-5)
-                        checked += 1
+        for example, layer, maps, real in eager_maps(model, inputs, prompts):
+            first = real.nonzero().squeeze(1)[:4]  # the first four real keys
+            mass = maps[:, real][:, :, first].sum(-1).mean(-1)  # [H]
+            for head, value in enumerate(mass.tolist()):
+                assert got[(example, layer, head)] == pytest.approx(value, abs=1e-5)
+                checked += 1
         assert checked == len(rows) and checked > 0
     assert others[0].frame().shape[0] > 0  # the defaults ran beside it
