@@ -141,22 +141,20 @@ class CaptureSession:
     def key_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, C] key columns the sink wants probability sums over at ``site`` (None when it wants none); asked
         once per layout and forward."""
-        ask = getattr(self.sink, "key_columns", None)
-        if not callable(ask):
-            return None
-        layout = self.layout.layout(site.stack, site.layer)
-        return self.shared.get(
-            ("key_columns", layout.k.roles, layout.k.valid, device, dtype), lambda: ask(layout, device, dtype)
-        )
+        return self._sink_columns("key_columns", site, device, dtype)
 
     def score_columns(self, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, S] weight columns the sink wants score sums over at ``site`` (None when it wants none)."""
-        ask = getattr(self.sink, "score_columns", None)
+        return self._sink_columns("score_columns", site, device, dtype)
+
+    def _sink_columns(self, name: str, site: Site, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """The sink's method ``name`` for the layout of ``site``, once per layout and forward (None without it)."""
+        ask = getattr(self.sink, name, None)
         if not callable(ask):
             return None
         layout = self.layout.layout(site.stack, site.layer)
         return self.shared.get(
-            ("score_columns", layout.k.roles, layout.k.valid, device, dtype), lambda: ask(layout, device, dtype)
+            (name, layout.k.roles, layout.k.valid, layout.k.fields, device, dtype), lambda: ask(layout, device, dtype)
         )
 
     def emit(
