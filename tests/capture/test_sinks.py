@@ -34,10 +34,28 @@ def test_the_reducers_shared_columns_are_asked_for():
     assert sink.key_columns(LAYOUT, CPU, torch.float32) is columns_of_layout(LAYOUT, CPU, torch.float32)
 
 
-def test_no_columns_when_no_reducer_asks_or_they_disagree():
+def test_no_columns_when_no_reducer_asks():
     assert StreamSink([]).key_columns(LAYOUT, CPU, torch.float32) is None
     gathered = make_reducer("first_token", anchor_position=1)  # reads no column sum
     assert StreamSink([gathered]).key_columns(LAYOUT, CPU, torch.float32) is None
     mine = torch.ones(2, 4, 3)
-    assert StreamSink([gathered, _Asks(mine)]).key_columns(LAYOUT, CPU, torch.float32) is mine
-    assert StreamSink([*default_reducers(), _Asks(mine)]).key_columns(LAYOUT, CPU, torch.float32) is None
+    sink = StreamSink([gathered, _Asks(mine)])
+    assert sink.key_columns(LAYOUT, CPU, torch.float32) is mine
+    assert sink.column_parts(mine) == ()  # one reducer's own tensor: nothing joined
+
+
+def test_columns_that_differ_are_joined_and_each_reducer_finds_its_own():
+    """The defaults' columns and a custom reducer's sit side by side in one tensor; the sink says where each starts,
+    so one pass of the engine sums both."""
+    mine = torch.rand(2, 4, 3)
+    sink = StreamSink([*default_reducers(), _Asks(mine)])
+    joined = sink.key_columns(LAYOUT, CPU, torch.float32)
+    shared = columns_of_layout(LAYOUT, CPU, torch.float32)
+    assert joined is not None and joined.shape == (2, 4, shared.shape[-1] + 3)
+    parts = sink.column_parts(joined)
+    assert [(part is shared, part is mine, start) for part, start in parts] == [
+        (True, False, 0),
+        (False, True, shared.shape[-1]),
+    ]
+    assert torch.equal(joined[..., shared.shape[-1] :], mine) and torch.equal(joined[..., : shared.shape[-1]], shared)
+    assert sink.column_parts(torch.ones(2, 4, 1)) == ()  # a tensor it did not join
