@@ -11,7 +11,7 @@ from typing import Any, Protocol, runtime_checkable
 import pandas as pd
 
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.engine.quantities import QUANTITIES
+from anchorlens.engine.quantities import UNDECLARED_READS
 
 
 @runtime_checkable
@@ -32,7 +32,8 @@ class Reducer(Protocol):
     ``update_hidden(HiddenEvent)``: the capture then hooks the selected blocks and hands it each one's output
     (:mod:`anchorlens.capture.hidden`), in the same forward. A reducer declares the quantities it reads in
     ``reads`` (names from :mod:`anchorlens.engine.quantities`, e.g. ``{"key_sums", "visible"}``): the engine then
-    computes only those, with the cheapest plan that gives them all; one that declares none is given everything.
+    computes only those, with the cheapest plan that gives them all; one that declares none is given everything but
+    the value norms (those it must ask for).
     """
 
     name: str
@@ -59,6 +60,7 @@ class Reducer(Protocol):
 
 
 def reads_of(reducer: Any) -> frozenset[str]:
-    """The quantities ``reducer`` reads: its ``reads``, or every quantity when it declares none."""
+    """The quantities ``reducer`` reads: its ``reads``, or every quantity but the value norms when it declares none
+    (:data:`~anchorlens.engine.quantities.UNDECLARED_READS`)."""
     reads = getattr(reducer, "reads", None)
-    return QUANTITIES if reads is None else frozenset(reads)
+    return UNDECLARED_READS if reads is None else frozenset(reads)

@@ -26,6 +26,9 @@ VALUE_NORMS = "value_norms"
 LEARNED_SINK = "learned_sink"
 
 QUANTITIES = frozenset({PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, VISIBLE, VALUE_NORMS, LEARNED_SINK})
+# what a reader that declares no ``reads`` is given: everything but the value norms, which cost a projection per call
+# and need a module whose output is a projection of the concatenated heads (they are computed only when asked)
+UNDECLARED_READS = QUANTITIES - {VALUE_NORMS}
 # the materialised plan computes every quantity
 MATERIALISED_QUANTITIES = QUANTITIES
 # the kernel plan all but the maps themselves; it runs only where a module has no learned sink, so there the
