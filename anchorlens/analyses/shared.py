@@ -148,7 +148,7 @@ def score_columns_of_layout(layout: Layout, device: torch.device, dtype: torch.d
 
 def score_columns(event: AttentionEvent) -> torch.Tensor:
     """:func:`score_columns_of_layout` of the event's layout (float32)."""
-    return _columns_of(event.layout, event.device, torch.float32)[2]
+    return score_columns_of_layout(event.layout, event.device, torch.float32)
 
 
 def _layout_columns(event: AttentionEvent) -> tuple[torch.Tensor, torch.Tensor]:

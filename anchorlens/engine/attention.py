@@ -34,7 +34,14 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.modeling_utils import AttentionInterface
 
-from anchorlens.engine.call import DEFAULT_MEMORY_BUDGET, AttentionCall, Visibility, chunk_rows, visible_keys
+from anchorlens.engine.call import (
+    DEFAULT_MEMORY_BUDGET,
+    AttentionCall,
+    Visibility,
+    chunk_rows,
+    trim_unseen_keys,
+    visible_keys,
+)
 from anchorlens.engine.context import current
 from anchorlens.engine.edit import KnockoutEdit
 from anchorlens.engine.kernel import KernelCall, KernelPlan, kernel_refusal
@@ -68,14 +75,8 @@ def _shared_kernel_visible(active: Observer, call: AttentionCall, start: int, st
     mask and chunk for the layers of a forward (the kernel plan needs no logit bias: an eighth of the memory)."""
     return active.shared.get(
         ("kernel_visible", call.mask, start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window),
-        lambda: _trimmed(visible_keys(call, start, stop)),
+        lambda: trim_unseen_keys(visible_keys(call, start, stop)),
     )
-
-
-def _trimmed(visible: torch.Tensor) -> torch.Tensor:
-    """``visible`` without the trailing keys no query of it sees (at least one key kept)."""
-    seen = visible.flatten(0, -2).any(0).nonzero()
-    return visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
 
 
 def _shared_edited_visibility(

@@ -68,6 +68,13 @@ def visible_keys(call: AttentionCall, start: int, stop: int) -> torch.Tensor:
     return seen.view(1, 1, stop - start, k_len)
 
 
+def trim_unseen_keys(visible: torch.Tensor) -> torch.Tensor:
+    """``visible`` [..., q, K] without the trailing keys no query of it sees (at least one key kept): a causal chunk
+    of queries sees no key after its last query."""
+    seen = visible.flatten(0, -2).any(0).nonzero()  # keys any query of the chunk sees
+    return visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
+
+
 @dataclass(frozen=True)
 class Visibility:
     """Visibility of one query chunk, shared by every layer that gets the same mask.
@@ -93,9 +100,7 @@ class Visibility:
     @classmethod
     def of(cls, call: AttentionCall, start: int, stop: int) -> Visibility:
         """Compute the visibility of queries ``start:stop``."""
-        visible = visible_keys(call, start, stop)
-        seen = visible.flatten(0, -2).any(0).nonzero()  # keys any query of the chunk sees
-        visible = visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
+        visible = trim_unseen_keys(visible_keys(call, start, stop))
         hidden = ~visible
         bias = torch.zeros(visible.shape, dtype=torch.float32, device=visible.device).masked_fill_(hidden, _NEG)
         empty = ~visible.any(dim=-1, keepdim=True)

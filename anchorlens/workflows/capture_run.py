@@ -161,12 +161,7 @@ def run_identity(
         "base": base.spec,
         "base_fingerprint": base.fingerprint(),
         "dtype": dtype or "float32",
-        "task": inputs.task.name,
-        "task_source": inputs.task.describe_source(),
-        "prompt": prompts.options.describe(),
-        "chat_template": prompts.chat_template(),
-        "data_digest": examples_digest(inputs.examples),
-        **({"demonstrations": demos} if (demos := prompts.demonstrations()) is not None else {}),
+        **token_facts(inputs, prompts),
         "n_examples": len(rows),
         "selection": dataclasses.asdict(selection),
         "reducers": [{"name": r.name, "options": r.state_options()} for r in reducers],
@@ -176,8 +171,25 @@ def run_identity(
         "max_length": max_length,
         "seed": seed,
     }
-    key = hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return key, facts
+    return facts_key(facts), facts
+
+
+def token_facts(inputs: Inputs, prompts: Prompts) -> dict[str, Any]:
+    """What shapes a run's tokens: the task (name, file and its sha256), the prompt options, the chat template (text
+    sha256, source, arguments), the data's digest and the few-shot draw (when there are shots)."""
+    return {
+        "task": inputs.task.name,
+        "task_source": inputs.task.describe_source(),
+        "prompt": prompts.options.describe(),
+        "chat_template": prompts.chat_template(),
+        "data_digest": examples_digest(inputs.examples),
+        **({"demonstrations": demos} if (demos := prompts.demonstrations()) is not None else {}),
+    }
+
+
+def facts_key(facts: dict) -> str:
+    """A run key: SHA-256 (first 16 hex) of ``facts`` as canonical JSON."""
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def _finish(claim: OutClaim, chunks: Sequence, facts: dict, base, progress: Progress) -> None:

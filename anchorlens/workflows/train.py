@@ -17,7 +17,6 @@ resume whose key differs is refused in one line naming what changed, before anyt
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from anchorlens.tasks.prompts import PromptOptions, build_prompts
 from anchorlens.training import DEFAULT_LR, TrainConfig, Trainer, split_train_eval, steps_for_epochs
 from anchorlens.training.checkpointing import latest_checkpoint, read_state_facts, save_guidance_atomic
 from anchorlens.training.trainer import check_resumable
-from anchorlens.workflows.capture_run import describe_changes
+from anchorlens.workflows.capture_run import describe_changes, facts_key, token_facts
 from anchorlens.workflows.inputs import Inputs, resolve_inputs
 
 DEFAULT_STEPS = 250
@@ -241,18 +240,9 @@ def train_identity(inputs: Inputs, prompts: Any, eval_ex: list[dict]) -> dict[st
     template (text sha256, source, arguments: :meth:`~anchorlens.tasks.prompts.Prompts.chat_template`), the few-shot
     draw (:meth:`~anchorlens.tasks.prompts.Prompts.demonstrations`) and the data and eval digests; the facts and
     names :func:`~anchorlens.workflows.capture_run.run_identity` hashes for a capture."""
-    facts: dict[str, Any] = {
-        "task": inputs.task.name,
-        "task_source": inputs.task.describe_source(),
-        "prompt": prompts.options.describe(),
-        "chat_template": prompts.chat_template(),
-        **({"demonstrations": demos} if (demos := prompts.demonstrations()) is not None else {}),
-        "data_digest": examples_digest(inputs.examples),
-        "eval_digest": examples_digest(eval_ex),
-    }
+    facts = {**token_facts(inputs, prompts), "eval_digest": examples_digest(eval_ex)}
     facts = json.loads(json.dumps(facts, sort_keys=True, default=str))  # the form a checkpoint records it in
-    key = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
-    return {**facts, "run_key": key}
+    return {**facts, "run_key": facts_key(facts)}
 
 
 def check_resume(out: Path, config: TrainConfig, guided: Any, identity: dict[str, Any]) -> None:
