@@ -1,7 +1,7 @@
 """Long inputs: capture time and peak memory vs a plain forward and vs eager, as the input grows.
 
-SmolLM2-135M (30 layers) on one synthetic input of T tokens (T = 256 ... 4,096) per mode, each in a
-fresh process, interleaved over ``--repeats`` rounds (the order of the modes rotating from round to round):
+``--model`` (default SmolLM2-135M, 30 layers; ``tiny-llama``, random, 4 layers, for 16k-32k tokens) on one
+synthetic input of T tokens per mode, each in a fresh process, interleaved over ``--repeats`` rounds (the order of the modes rotating from round to round):
 ``plain`` (sdpa, LM head skipped), ``eager`` (eager + output_attentions, first-token mass and row entropy
 taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored maps alone need 30·9·T²·4
 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, the materialised plan:
@@ -42,7 +42,8 @@ def synthetic_batch(base, length: int):
     from anchorlens.roles.encoding import Encoded
 
     g = torch.Generator().manual_seed(length)
-    ids = torch.randint(100, 40000, (1, length), generator=g)
+    vocab = int(base.model.config.vocab_size)
+    ids = torch.randint(min(100, vocab // 2), min(40000, vocab), (1, length), generator=g)
     roles = torch.full((1, length), 2, dtype=torch.long)
     roles[:, :8] = 1
     roles[:, -8:] = 1
@@ -52,7 +53,9 @@ def synthetic_batch(base, length: int):
     )
 
 
-def child(mode: str, length: int, out: Path, min_seconds: float, reducers: str = "default") -> None:
+def child(
+    mode: str, length: int, out: Path, min_seconds: float, reducers: str = "default", model: str = "smollm2-135m"
+) -> None:
     """Measure one mode at one length in this fresh process."""
     from bench_peers import eager_statistics, plain_forward
 
@@ -62,7 +65,7 @@ def child(mode: str, length: int, out: Path, min_seconds: float, reducers: str =
     from anchorlens.capture.options import CaptureOptions
     from anchorlens.models.loading import load_base
 
-    base = load_base("smollm2-135m")
+    base = load_base(model)
     batch = synthetic_batch(base, length)
     warm = synthetic_batch(base, 16)
     with torch.no_grad():
@@ -103,17 +106,22 @@ def main() -> None:
     parser.add_argument("--eager-max", type=int, default=2048)
     parser.add_argument("--min-seconds", type=float, default=4.0, help="CPU seconds each process spends forwarding")
     parser.add_argument("--reducers", choices=("default", "light"), default="default")
+    parser.add_argument("--modes", default=",".join(MODES), help="a subset of plain,eager,fast,kernel")
+    parser.add_argument(
+        "--model", default="smollm2-135m", help="a base spec: tiny-llama (random, 4 layers) for 16k-32k tokens"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.child:
-        child(args.child, args.length, Path(args.out), args.min_seconds, args.reducers)
+        child(args.child, args.length, Path(args.out), args.min_seconds, args.reducers, args.model)
         return
     lengths = [int(x) for x in args.lengths.split(",")]
+    modes = tuple(m for m in MODES if m in args.modes.split(","))
     rows: dict[tuple[str, int], list[dict]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.repeats):
             for length in lengths:
-                for mode in rotated(MODES, r):
+                for mode in rotated(modes, r):
                     if mode == "eager" and length > args.eager_max:
                         continue
                     out = Path(tmp) / f"{mode}-{length}-{r}.json"
@@ -133,6 +141,8 @@ def main() -> None:
                             str(args.min_seconds),
                             "--reducers",
                             args.reducers,
+                            "--model",
+                            args.model,
                         ],
                         check=True,
                     )
@@ -144,8 +154,7 @@ def main() -> None:
         return statistics.median(x[key] for x in got) if got else None
 
     print(
-        f"\nSmolLM2-135M (30 layers), batch 1, {args.threads} thread(s), median of {args.repeats} rounds, "
-        f"{args.reducers} reducers"
+        f"\n{args.model}, batch 1, {args.threads} thread(s), median of {args.repeats} rounds, {args.reducers} reducers"
     )
     print(
         "| T | materialised plan CPU / plain | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
@@ -155,15 +164,21 @@ def main() -> None:
     for length in lengths:
         p, c, kern, e = (med(m, length, "cpu") for m in ("plain", "fast", "kernel", "eager"))
         mp, mc, mk, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "kernel", "eager"))
-        assert p is not None and c is not None and kern is not None and mp is not None and mc is not None
-        eager_ratio = "-" if e is None else f"{e / p:.2f}x"
+        assert p is not None and mp is not None, "every length measures the plain forward"
+
+        def ratio(x: float | None, plain: float = p) -> str:
+            return "-" if x is None else f"{x / plain:.2f}x"
+
+        def mib(x: float | None) -> str:
+            return "-" if x is None else f"{x:.0f}"
+
         # capture / eager paired within each round (the two ran back to back), median and every round
-        paired = [f["cpu"] / g["cpu"] for f, g in zip(rows[("fast", length)], rows.get(("eager", length), []))]
+        paired = [f["cpu"] / g["cpu"] for f, g in zip(rows.get(("fast", length), []), rows.get(("eager", length), []))]
         each = " / ".join(f"{x:.2f}" for x in paired)
         vs_eager = "-" if not paired else f"{statistics.median(paired):.2f}x ({each})"
         print(
-            f"| {length} | {c / p:.2f}x | {kern / p:.2f}x | {eager_ratio} | {vs_eager} | {mp:.0f} / {mc:.0f} / "
-            f"{mk:.0f} / {'-' if me is None else f'{me:.0f}'} |"
+            f"| {length} | {ratio(c)} | {ratio(kern)} | {ratio(e)} | {vs_eager} | {mib(mp)} / {mib(mc)} / "
+            f"{mib(mk)} / {mib(me)} |"
         )
 
 

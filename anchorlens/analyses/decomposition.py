@@ -146,7 +146,13 @@ class DecompositionReducer(SiteReducer):
         The layers of one forward share their mask and roles, so the counts are computed once for them.
         """
         return self._same_mask.get(
-            (event.visible, event.layout.q.roles, event.layout.q.valid, event.layout.k.roles, event.layout.k.valid),
+            (
+                event.visibility_key,
+                event.layout.q.roles,
+                event.layout.q.valid,
+                event.layout.k.roles,
+                event.layout.k.valid,
+            ),
             lambda: self._count_visible(event),
         )
 
@@ -157,12 +163,11 @@ class DecompositionReducer(SiteReducer):
         r = event.layout.k.table.size
         roles, fields = role_columns(r), group_columns(r)
         keys = torch.cat([columns[..., roles], columns[..., SINK_KEY : SINK_KEY + 1], columns[..., fields]], -1)
-        keys = keys.double()
         # keys: [B, K', R+1+F] (the roles, the sink, then the field groups), zero rows for padding keys
-        # what each query can attend to after every edit; a knockout of chosen heads: the mean over the heads
-        seen = event.visible.to(keys.device).double().mean(1).expand(keys.shape[0], -1, -1)  # [B, Q, K']
+        # how many of each each query can attend to after every edit; a knockout of chosen heads: the mean over heads
+        seen = event.visible_counts(keys).mean(1)  # [B, Q, R+1+F]
         q_hot = torch.cat([query_roles(event), query_fields_transposed(event).transpose(1, 2)], -1)  # [B, Q, R+F]
-        pairs = torch.einsum("bqs,bqk,bkr->bsr", q_hot, seen, keys)
+        pairs = torch.einsum("bqs,bqr->bsr", q_hot, seen)
         return {"pairs": pairs[None, :, None], "queries": q_hot.sum(1)[None, :, None]}
 
     # -- the second (head-independent) table travels with the first --------------------------

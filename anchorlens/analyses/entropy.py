@@ -90,7 +90,7 @@ class EntropyReducer(SiteReducer):
         layout = event.layout
         return self._same_mask.get(
             (
-                event.visible,
+                event.visibility_key,
                 layout.q.roles,
                 layout.q.valid,
                 layout.k.roles,

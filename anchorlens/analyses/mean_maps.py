@@ -228,7 +228,7 @@ class MeanMapReducer:
         probs = event.full_probs()  # [B, H, q, K]
         b, _, q, k = probs.shape
         mean = probs.to(torch.float64).mean(dim=1).cpu()  # [B, q, K] head mean, each head weighted equally
-        visible = event.visible[:, 0].cpu()  # [B|1, q, K']
+        visible = event.visible_mask()[:, 0].cpu()  # [B|1, q, K']
         visible = torch.nn.functional.pad(visible, (0, k - visible.shape[-1])).expand(b, q, k)
         q_valid, k_valid = event.layout.q.valid.cpu(), event.layout.k.valid.cpu()
         q_roles, k_roles = event.layout.q.roles.cpu(), event.layout.k.roles.cpu()

@@ -287,9 +287,9 @@ def visible_key_counts(event: AttentionEvent) -> torch.Tensor:
 
     Only for reducers that cache it per mask themselves: it is one [q, K] pass per call."""
     if "visible_key_counts" not in event.cache:
-        seen = event.visible.to(event.device).to(torch.float32)  # [B|1, H|1, q, K]
         roles = role_columns(event.layout.k.table.size)
-        event.cache["visible_key_counts"] = torch.matmul(seen, key_columns(event)[:, None, :, roles])
+        counts = event.visible_counts(key_columns(event)[..., roles])  # [B, H|1, q, R]
+        event.cache["visible_key_counts"] = counts.to(torch.float32)
     return event.cache["visible_key_counts"]
 
 
@@ -303,9 +303,7 @@ def live_queries(event: AttentionEvent) -> torch.Tensor:
     q, k, dev = event.layout.q, event.layout.k, event.device
 
     def compute() -> torch.Tensor:
-        visible = event.visible.to(dev)
-        keys = k.valid.to(dev).bool()[:, None, None, : visible.shape[-1]]  # [B, 1, 1, K']
-        sees = (visible & keys).any(-1)  # [B, H|1, q]
+        sees = event.visible_counts(k.valid.to(dev, torch.float64)[..., None])[..., 0] > 0  # [B, H|1, q]
         return (sees & q.valid.to(dev).bool()[:, None, :]).to(torch.float64)
 
-    return _LIVE.get((event.visible, q.valid, k.valid, dev), compute)
+    return _LIVE.get((event.visibility_key, q.valid, k.valid, dev), compute)

@@ -149,10 +149,10 @@ class SinkBatteryReducer(SiteReducer):
         are not seen: its heads per head), once per mask and chunk."""
 
         def compute() -> torch.Tensor:
-            seen = event.visible.to(q_valid.device).to(q_valid.dtype)  # [B|1, H|1, q, K']
+            seen = event.visible_mask().to(q_valid.device).to(q_valid.dtype)  # [B|1, H|1, q, K']
             return torch.matmul(q_valid[:, None, None, :], seen).squeeze(2).double()
 
-        return self._seen_by.get((event.visible, event.layout.q.valid, q_valid.device), compute)
+        return self._seen_by.get((event.visibility_key, event.layout.q.valid, q_valid.device), compute)
 
     def _reduce_call(
         self, event: AttentionEvent, mass: torch.Tensor, queries: torch.Tensor, n_queries: torch.Tensor

@@ -155,7 +155,7 @@ class Stager:
             layout.q.valid,
             layout.k.roles,
             layout.k.valid,
-            event.visible,
+            event.visibility_key,
             event.stack,
             event.query_start,
             event.shape[1:3],

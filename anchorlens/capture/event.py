@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from anchorlens.engine.call import KeySpan
 from anchorlens.roles.layout import Layout, SequenceRoles
 
 
@@ -16,7 +17,9 @@ class AttentionEvent:
     probs: [B, H, q, K'] float32 over the first K' <= K keys (K' < K when the keys after K' are hidden
     from every query of the event: a causal chunk of queries sees no later key), rows sum to 1 over
     visible keys (1 - ``learned_sink`` where the module has a learned sink; 0 elsewhere); only the selected heads, whose model indices are ``heads`` ([H] long).
-    visible: [B|1, H|1, q, K'] bool, which of those keys each query may attend to after every edit (causal,
+    visible: [B|1, H|1, q, K'] bool, or None where ``key_span`` stands for it (the kernel plan on a call without a
+    mask: read :meth:`visible_mask`, :meth:`visible_counts` and :attr:`visibility_key`, which take either), which of
+    those keys each query may attend to after every edit (causal,
     window and padding masks combined, less the keys a knockout removes from the softmax: ``renorm`` masks them
     before it, ``zero`` zeroes them after it; ``value`` and ``mean`` knockouts keep the weights, so the keys stay
     visible). H|1: 1 unless a knockout acts on some heads only (then one row per head of the event). A query whose
@@ -61,7 +64,7 @@ class AttentionEvent:
     layer: int
     heads: torch.Tensor
     probs: torch.Tensor | None
-    visible: torch.Tensor
+    visible: torch.Tensor | None
     layout: Layout
     example_ids: torch.Tensor
     query_start: int = 0
@@ -77,6 +80,7 @@ class AttentionEvent:
     plan: str = "materialised"
     key_parts: tuple[tuple[torch.Tensor, int], ...] = ()
     score_parts: tuple[tuple[torch.Tensor, int], ...] = ()
+    key_span: KeySpan | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -88,12 +92,39 @@ class AttentionEvent:
             return b, h, q, k
         assert self.log_norm is not None, "an event without probabilities carries its log normaliser"
         b, h, q = self.log_norm.shape[:3]
-        return b, h, q, self.visible.shape[-1]
+        return b, h, q, self.key_span.key_count if self.key_span is not None else self.visible_mask().shape[-1]
 
     @property
     def device(self) -> torch.device:
         """Where the event's tensors are."""
-        return (self.probs if self.probs is not None else self.visible).device
+        found = self.probs if self.probs is not None else self.log_norm
+        return (found if found is not None else self.visible_mask()).device
+
+    def visible_mask(self) -> torch.Tensor:
+        """[B|1, H|1, q, K'] bool: ``visible``, or the mask ``key_span`` stands for (built on each call, O(q·K'):
+        prefer :meth:`visible_counts`)."""
+        if self.visible is not None:
+            return self.visible
+        assert self.key_span is not None, "an event carries its visibility as a mask or as a key span"
+        return self.key_span.dense()
+
+    @property
+    def visibility_key(self) -> torch.Tensor | KeySpan:
+        """The object that identifies this event's visibility (``visible`` or ``key_span``): the layers of a forward
+        share it, so work that depends only on it can be cached by identity (:class:`~anchorlens.capture.identity.IdentityCache`)."""
+        if self.visible is not None:
+            return self.visible
+        assert self.key_span is not None, "an event carries its visibility as a mask or as a key span"
+        return self.key_span
+
+    def visible_counts(self, columns: torch.Tensor) -> torch.Tensor:
+        """[B, H|1, q, C] float64: each query's sum of the key weights ``columns`` ([B, K, C], K >= K') over the keys
+        it sees after every edit: prefix sums over a key span (O(K·C)), a product with the mask otherwise."""
+        if self.key_span is not None and self.visible is None:
+            return self.key_span.counts(columns.to(self.device)).expand(columns.shape[0], -1, -1, -1)
+        seen = self.visible_mask().to(self.device).to(torch.float32)  # [B|1, H|1, q, K']
+        # float32 sums of 0/1 weights are exact below 2^24 keys
+        return torch.matmul(seen, columns[:, None, : seen.shape[-1]].to(self.device, torch.float32)).double()
 
     def sums_over(self, columns: torch.Tensor) -> torch.Tensor | None:
         """[B, H, q, C] this event's ``key_sums`` over exactly ``columns`` ([B, K, C], the tensor a reducer's

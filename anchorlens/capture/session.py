@@ -17,6 +17,7 @@ from anchorlens.capture.identity import IdentityCache
 from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.reducer import reads_of
 from anchorlens.capture.selection import Selection, Site
+from anchorlens.engine.call import KeySpan
 from anchorlens.engine.context import observing
 from anchorlens.engine.quantities import KERNEL_QUANTITIES
 from anchorlens.errors import UsageError
@@ -161,7 +162,7 @@ class CaptureSession:
         self,
         site: Site,
         probs: torch.Tensor | None,
-        visible: torch.Tensor,
+        visible: torch.Tensor | KeySpan,
         query_start: int = 0,
         scores: torch.Tensor | None = None,
         log_norm: torch.Tensor | None = None,
@@ -184,7 +185,9 @@ class CaptureSession:
         heads = self._event_heads(shaped.shape[1], shaped.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
-        q_len, k_len = shaped.shape[2], visible.shape[-1]
+        span = visible if isinstance(visible, KeySpan) else None
+        dense = visible if isinstance(visible, torch.Tensor) else None
+        q_len, k_len = shaped.shape[2], visible.key_count if isinstance(visible, KeySpan) else visible.shape[-1]
         if query_start + q_len > q_total or k_len > layout.k.roles.shape[1]:
             raise RuntimeError(
                 f"capture at {site.name}: attention is {(q_len, k_len)} (queries, keys) from query "
@@ -198,7 +201,7 @@ class CaptureSession:
                 site.layer,
                 heads,
                 probs,
-                visible,
+                dense,
                 layout,
                 self.example_ids,
                 query_start,
@@ -214,6 +217,7 @@ class CaptureSession:
                 plan=plan,
                 key_parts=self._column_parts(key_columns),
                 score_parts=self._column_parts(score_columns),
+                key_span=span,
                 cache={}
                 if probs is None
                 else {"work": self.scratch_buffer("work", probs.numel(), probs.dtype, probs.device)},

@@ -37,6 +37,7 @@ from transformers.modeling_utils import AttentionInterface
 from anchorlens.engine.call import (
     DEFAULT_MEMORY_BUDGET,
     AttentionCall,
+    KeySpan,
     Visibility,
     chunk_rows,
     trim_unseen_keys,
@@ -70,12 +71,20 @@ def _shared_visibility(active: Observer, call: AttentionCall, start: int, stop: 
     )
 
 
-def _shared_kernel_visible(active: Observer, call: AttentionCall, start: int, stop: int) -> torch.Tensor:
-    """[B|1, 1, q, K'] bool: the keys queries ``start:stop`` see, trimmed as :class:`Visibility` trims, once per
-    mask and chunk for the layers of a forward (the kernel plan needs no logit bias: an eighth of the memory)."""
+def _shared_kernel_visible(
+    active: Observer, call: AttentionCall, start: int, stop: int
+) -> torch.Tensor | KeySpan:
+    """The keys queries ``start:stop`` see, once per mask and chunk for the layers of a forward: [B|1, 1, q, K'] bool,
+    trimmed as :class:`Visibility` trims (the kernel plan needs no logit bias: an eighth of the memory), or for a call
+    without a mask their :class:`KeySpan` (O(q): a forward's chunks together would otherwise hold Q·K bytes)."""
+
+    def compute() -> torch.Tensor | KeySpan:
+        span = KeySpan.of(call, start, stop)
+        return span if span is not None else trim_unseen_keys(visible_keys(call, start, stop))
+
     return active.shared.get(
         ("kernel_visible", call.mask, start, stop, call.query.shape[2], call.key.shape[2], call.causal, call.window),
-        lambda: trim_unseen_keys(visible_keys(call, start, stop)),
+        compute,
     )
 
 

@@ -75,6 +75,54 @@ def trim_unseen_keys(visible: torch.Tensor) -> torch.Tensor:
     return visible[..., : max(1, int(seen[-1]) + 1 if seen.numel() else 1)]
 
 
+@dataclass(frozen=True, eq=False)
+class KeySpan:
+    """The keys each query of a chunk sees when a call has no mask: keys ``first[i] <= j < stop[i]`` for query i, the
+    same for every example and head (causal attention, a sliding window, or every key).
+
+    first, stop: [q] long; key_count: K' = the largest ``stop`` (at least 1), the keys the chunk covers. Holds O(q)
+    where the boolean mask it stands for holds q·K' (an eighth of a GiB per 1,024 queries at 128k keys): the kernel
+    plan hands spans to its observer so that nothing it keeps grows with Q·K. Compared by identity, as tensors are.
+    """
+
+    first: torch.Tensor
+    stop: torch.Tensor
+    key_count: int
+
+    @classmethod
+    def of(cls, call: AttentionCall, start: int, stop: int) -> KeySpan | None:
+        """The span of queries ``start:stop`` of ``call``, or None when the call has a mask (then see
+        :func:`visible_keys`). Equal to :func:`visible_keys` trimmed by :func:`trim_unseen_keys`."""
+        if call.mask is not None:
+            return None
+        q_len, k_len = call.query.shape[2], call.key.shape[2]
+        rows = torch.arange(start, stop, device=call.query.device)
+        if not call.causal:
+            return cls(torch.zeros_like(rows), torch.full_like(rows, k_len), k_len)
+        ends = rows + (k_len - q_len) + 1  # a query sees the keys up to its own absolute position
+        firsts = torch.zeros_like(rows) if call.window is None else (ends - call.window).clamp_min(0)
+        ends = ends.clamp(0, k_len)
+        return cls(firsts, ends, max(1, int(ends.max()) if ends.numel() else 1))
+
+    def dense(self) -> torch.Tensor:
+        """[1, 1, q, K'] bool: the span as a mask (built on each call: O(q·K'))."""
+        cols = torch.arange(self.key_count, device=self.first.device)
+        return ((cols >= self.first[:, None]) & (cols < self.stop[:, None])).view(1, 1, -1, self.key_count)
+
+    def counts(self, columns: torch.Tensor) -> torch.Tensor:
+        """[B, 1, q, C] float64: each query's sum of ``columns`` [B, K, C] over the keys it sees (prefix sums, O(K·C)
+        rather than the O(q·K·C) of summing a mask)."""
+        b, _, c = columns.shape
+        prefix = torch.zeros(b, self.key_count + 1, c, dtype=torch.float64, device=columns.device)
+        torch.cumsum(columns[:, : self.key_count].to(torch.float64), 1, out=prefix[:, 1:])
+        return (prefix[:, self.stop.to(columns.device)] - prefix[:, self.first.to(columns.device)])[:, None]
+
+    def sees(self, keys: torch.Tensor) -> torch.Tensor:
+        """[1, 1, q, N] bool: whether each query sees each of ``keys`` ([N] long key indices)."""
+        keys = keys.to(self.first.device)[None, :]
+        return ((keys >= self.first[:, None]) & (keys < self.stop[:, None]))[None, None]
+
+
 @dataclass(frozen=True)
 class Visibility:
     """Visibility of one query chunk, shared by every layer that gets the same mask.

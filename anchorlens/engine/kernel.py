@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from anchorlens.engine.call import AttentionCall, visible_keys
+from anchorlens.engine.call import AttentionCall, KeySpan, visible_keys
 
 # a key set this small (or at most this fraction of the keys) is summed exactly key by key; so is the union of them
 SMALL_SET_KEYS = 256
@@ -181,17 +181,21 @@ class _Split:
 
 
 def _small_set_probs(
-    kernel: _Kernel, lse: torch.Tensor, visible: torch.Tensor, small: torch.Tensor, start: int, stop: int
+    kernel: _Kernel, lse: torch.Tensor, visible: torch.Tensor | KeySpan, small: torch.Tensor, start: int, stop: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """P and scores of queries ``start:stop`` on the small set: ([B, H, q, N] float32 probabilities, [B, H, q, N]
-    scores, 0 where hidden); lse [B, H, q, 1]; visible [B|1, 1, q, K'] (keys from K' on hidden)."""
+    scores, 0 where hidden); lse [B, H, q, 1]; visible [B|1, 1, q, K'] (keys from K' on hidden) or the queries'
+    :class:`KeySpan`."""
     keys = kernel.key.index_select(2, small).float()
     scores = torch.matmul(kernel.query[:, :, start:stop].float(), keys.transpose(-1, -2)) * kernel.call.scaling
     if kernel.mask is not None:
         mask = kernel.mask[..., start:stop, :].index_select(-1, small).float()
         scores = scores + mask.clamp_min(torch.finfo(torch.float32).min)
-    covered = small < visible.shape[-1]
-    seen = visible.index_select(-1, torch.where(covered, small, 0)) & covered
+    if isinstance(visible, KeySpan):
+        seen = visible.sees(small)
+    else:
+        covered = small < visible.shape[-1]
+        seen = visible.index_select(-1, torch.where(covered, small, 0)) & covered
     probs = torch.where(seen, (scores - lse).exp(), 0.0)
     return probs, torch.where(seen, scores, 0.0)
 
@@ -265,10 +269,13 @@ class KernelCall:
                 weighted = [kernel.key * picked[:, None, :, i, None].to(kernel.key.dtype) for i in range(len(index))]
                 self._score_passed = torch.stack([kernel.score_pass(keys)[..., 0] for keys in weighted], -1)
 
-    def chunk(self, start: int, stop: int, visible: torch.Tensor) -> KernelChunk:
+    def chunk(self, start: int, stop: int, visible: torch.Tensor | KeySpan) -> KernelChunk:
         """The statistics of queries ``start:stop``; visible: [B|1, 1, q, K'] bool, the keys each of them sees
-        (K' <= K: the keys after K' are hidden from all of them)."""
-        sees = visible.any(-1, keepdim=True)  # [B|1, 1, q, 1]
+        (K' <= K: the keys after K' are hidden from all of them), or their :class:`KeySpan` (a call without a mask)."""
+        if isinstance(visible, KeySpan):
+            sees = (visible.stop > visible.first).view(1, 1, -1, 1)
+        else:
+            sees = visible.any(-1, keepdim=True)  # [B|1, 1, q, 1]
         lse = torch.where(sees, self._lse[:, :, start:stop], torch.finfo(torch.float32).min)
         split = self.plan.split
         small = small_scores = None

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
+from anchorlens.engine.call import KeySpan
 from anchorlens.models.adapters.site import Site
 
 
@@ -98,7 +99,7 @@ class Observer(Protocol):
         self,
         site: Site,
         probs: torch.Tensor | None,
-        visible: torch.Tensor,
+        visible: torch.Tensor | KeySpan,
         query_start: int = 0,
         scores: torch.Tensor | None = None,
         log_norm: torch.Tensor | None = None,
