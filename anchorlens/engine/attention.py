@@ -45,7 +45,7 @@ from anchorlens.engine.call import (
 )
 from anchorlens.engine.context import current
 from anchorlens.engine.edit import KnockoutEdit
-from anchorlens.engine.kernel import KernelCall, KernelPlan, kernel_refusal
+from anchorlens.engine.kernel import KernelCall, KernelPlan, additive_mask, kernel_refusal
 from anchorlens.engine.observer import Observer
 from anchorlens.engine.output import (
     FusedColumns,
@@ -71,9 +71,7 @@ def _shared_visibility(active: Observer, call: AttentionCall, start: int, stop: 
     )
 
 
-def _shared_kernel_visible(
-    active: Observer, call: AttentionCall, start: int, stop: int
-) -> torch.Tensor | KeySpan:
+def _shared_kernel_visible(active: Observer, call: AttentionCall, start: int, stop: int) -> torch.Tensor | KeySpan:
     """The keys queries ``start:stop`` see, once per mask and chunk for the layers of a forward: [B|1, 1, q, K'] bool,
     trimmed as :class:`Visibility` trims (the kernel plan needs no logit bias: an eighth of the memory), or for a call
     without a mask their :class:`KeySpan` (O(q): a forward's chunks together would otherwise hold Q·K bytes)."""
@@ -188,7 +186,11 @@ def _kernel_forward(
     dev = call.query.device
     columns = active.key_columns(site, dev, torch.float32)
     scored = active.score_columns(site, dev, torch.float32)
-    whole = KernelCall(call, columns, scored, _kernel_plan(active, site, call))
+    additive = active.shared.get(  # once per mask for the layers of a forward, as sdpa would build it per layer
+        ("kernel_additive", call.mask, call.query.shape[2], call.key.shape[2], call.query.dtype),
+        lambda: additive_mask(call),
+    )
+    whole = KernelCall(call, columns, scored, _kernel_plan(active, site, call), additive)
     strict = active.options.mode != "fast"  # strict: sdpa's own output, bit for bit
     output = _sdpa_output(module, call, dropout, is_causal, kwargs) if strict else whole.output
     norms = value_norms(module, call.value, call.query.shape[1]) if active.wants_value_norms else None

@@ -87,13 +87,12 @@ class KernelResult:
 class _Kernel:
     """One call's inputs laid out for the kernel: heads expanded to the query heads, the mask made additive."""
 
-    def __init__(self, call: AttentionCall) -> None:
-        b, h, q, d = call.query.shape
-        k_len = call.key.shape[2]
+    def __init__(self, call: AttentionCall, additive: torch.Tensor | None = None) -> None:
+        h, d = call.query.shape[1], call.query.shape[3]
         self.call = call
         self.query = call.query
         self.key = _expand_heads(call.key, h)
-        self.mask = None if call.mask is None else _additive(call.mask[..., :q, :k_len], call.query.dtype)
+        self.mask = additive if additive is not None or call.mask is None else additive_mask(call)
         self.causal = call.mask is None and call.causal
         self.width = d
 
@@ -128,11 +127,17 @@ def _expand_heads(tensor: torch.Tensor, heads: int) -> torch.Tensor:
     return tensor[:, :, None].expand(b, kv, heads // kv, k, d).reshape(b, heads, k, d)
 
 
-def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A boolean mask (True = visible) as the additive one sdpa builds from it (0 visible, -inf hidden)."""
+def additive_mask(call: AttentionCall) -> torch.Tensor | None:
+    """[B|1, 1, Q, K] in the query dtype: the call's mask as the additive one sdpa builds from a boolean mask (0
+    visible, -inf hidden), or None without a mask. The layers of a forward share their mask, so a caller that sees
+    several of them may build this once and hand it to :class:`KernelCall`."""
+    if call.mask is None:
+        return None
+    q, k_len = call.query.shape[2], call.key.shape[2]
+    mask = call.mask[..., :q, :k_len]
     if mask.dtype != torch.bool:
-        return mask.to(dtype)
-    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
+        return mask.to(call.query.dtype)
+    return torch.zeros(mask.shape, dtype=call.query.dtype, device=mask.device).masked_fill_(~mask, float("-inf"))
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,7 @@ class KernelCall:
 
     output: [B, Q, H, D] in the value dtype (as transformers' sdpa path returns it); lse: [B, H, Q, 1] float32 (very
     negative for a query that sees no key, as the materialised plan's log normaliser); passes: the kernel passes run.
+    ``additive``: the call's :func:`additive_mask` when the caller has it already (the layers of a forward share it).
     """
 
     def __init__(
@@ -242,8 +248,9 @@ class KernelCall:
         key_columns: torch.Tensor | None = None,
         score_columns: torch.Tensor | None = None,
         plan: KernelPlan | None = None,
+        additive: torch.Tensor | None = None,
     ) -> None:
-        kernel = self._kernel = _Kernel(call)
+        kernel = self._kernel = _Kernel(call, additive)
         k_len = call.key.shape[2]
         self.plan = plan if plan is not None else KernelPlan.of(key_columns, score_columns, k_len, kernel.width)
         self.passes = self.plan.passes
