@@ -11,7 +11,7 @@ from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.reducer import Reducer
 from anchorlens.capture.run import CaptureTarget, capture_batch
 from anchorlens.capture.selection import Selection
-from anchorlens.capture.sinks import MapSink, StreamSink
+from anchorlens.capture.sinks import MapSink, StreamSink, merge_plans
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.scheme import RoleScheme
 from anchorlens.roles.templates import Rendered
@@ -85,9 +85,15 @@ def stream_statistics(
     selection: Selection = Selection(),
     progress=None,
     options: CaptureOptions = CaptureOptions(),
+    *,
+    plans: dict[str, str] | None = None,
 ) -> Sequence[Reducer]:
     """Feed every batch's attention to ``reducers`` and flush them (those that have ``flush``); memory stays one
-    batch of one site's maps."""
+    batch of one site's maps.
+
+    ``plans``: a dict to fill with the plan the engine took at each site (site name -> ``"kernel"``,
+    ``"materialised"``, or ``"mixed"`` where batches or calls differed; merged with what it holds,
+    :func:`~anchorlens.capture.sinks.merge_plans`)."""
     sink = StreamSink(reducers)
     scratch: dict = {}  # the recompute's buffers, shared by every batch
     for batch in batches:
@@ -95,6 +101,8 @@ def stream_statistics(
         if progress is not None:
             progress.update(batch.batch_size)
     sink.close()
+    if plans is not None:
+        merge_plans(plans, sink.plans)
     return reducers
 
 

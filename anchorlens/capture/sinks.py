@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 
@@ -45,7 +45,7 @@ class StreamSink:
 
     def note_plan(self, site: str, plan: str) -> None:
         """Record the plan the engine took at ``site`` (:mod:`anchorlens.engine.plan`)."""
-        self.plans[site] = plan if self.plans.get(site, plan) == plan else "mixed"
+        merge_plans(self.plans, {site: plan})
 
     @property
     def wants_value_norms(self) -> bool:
@@ -108,6 +108,17 @@ class StreamSink:
             flush = getattr(reducer, "flush", None)
             if callable(flush):
                 flush()
+
+
+MIXED = "mixed"  # a site where the engine took both plans (some batches or calls one, some the other)
+
+
+def merge_plans(into: dict[str, str], plans: Mapping[str, str]) -> dict[str, str]:
+    """Fold ``plans`` (site name -> plan) into ``into`` and return it: a site keeps its plan where both agree and
+    becomes ``"mixed"`` where they differ (chunks, ranks or batches that took different plans)."""
+    for site, plan in plans.items():
+        into[site] = plan if into.get(site, plan) == plan else MIXED
+    return into
 
 
 def _labels(roles: list[int], source_tokens: list[str]) -> list[str]:

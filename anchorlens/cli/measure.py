@@ -26,6 +26,7 @@ from anchorlens.cli.options import (
     MeanMapOptions,
     ModelOptions,
     OutputOptions,
+    PlanOptions,
     ScoringOptions,
     SelectionOptions,
     TruncatedDataOptions,
@@ -146,6 +147,7 @@ def compare(
     evidence: EvidenceOptions = EvidenceOptions(),
     mean_maps: MeanMapOptions = MeanMapOptions(),
     answers: ScoringOptions = ScoringOptions(),
+    plan: PlanOptions = PlanOptions(),
     map_example: Annotated[
         int,
         typer.Option(
@@ -176,7 +178,7 @@ def compare(
         spec = evidence.spec()
         _compare(
             ckpt, model, data, selection, batch, claim, figures, map_example, exactness, spec, output.out, chunk_size,
-            mean_maps.workflow_kwargs(), answers.scoring,
+            mean_maps.workflow_kwargs(), answers.scoring, plan,
         )  # fmt: skip
     finally:
         if claim is not None:
@@ -198,6 +200,7 @@ def _compare(
     chunk_size: int = 32,
     mean_maps: dict | None = None,
     scoring: str = "auto",
+    plan: PlanOptions = PlanOptions(),
 ) -> None:
     """Run the comparison (sharded under torchrun: every rank's chunks go to --out) and let rank 0 write it into the
     claimed --out."""
@@ -222,6 +225,7 @@ def _compare(
                 chunk_size=chunk_size,
                 **(mean_maps or {}),
                 scoring=scoring,
+                capture=plan.capture(),
                 **model.workflow_kwargs(),
                 **data.workflow_kwargs(),
             )
@@ -330,6 +334,7 @@ def capture(
     exactness: ExactnessOptions,
     output: OutputOptions = OutputOptions(Path("anchorlens-capture")),
     evidence: EvidenceOptions = EvidenceOptions(),
+    plan: PlanOptions = PlanOptions(),
     chunk_size: Annotated[
         int, typer.Option("--chunk-size", parser=at_least(1), metavar="N", help="Examples per saved progress shard.")
     ] = 32,
@@ -365,6 +370,7 @@ def capture(
         allow_other_base=model.allow_other_base,
         certificate=exactness.certify(),
         evidence=spec,
+        capture=plan.capture(),
         **data.input_kwargs(),
     )
     if is_main():

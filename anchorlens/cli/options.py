@@ -337,6 +337,40 @@ class ExactnessOptions:
         return CertifyOptions(enabled=not self.no_certificate, allow_inexact=self.allow_inexact)
 
 
+# anchorlens.capture.options.PLANS, here so --help and the check need no torch (a test keeps them equal)
+PLAN_NAMES: tuple[str, ...] = ("auto", "kernel", "materialised")
+
+
+def plan_name(text: str) -> str:
+    """A parser for ``--plan``: one of :data:`PLAN_NAMES` (any case); BadParameter naming them otherwise."""
+    name = str(text).strip().lower()
+    if name not in PLAN_NAMES:
+        raise typer.BadParameter(f"{str(text)!r} is not a capture plan; use one of {', '.join(PLAN_NAMES)}")
+    return name
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How the capture computes the statistics: which of the engine's plans (``--plan``)."""
+
+    capture_plan: Annotated[
+        str,
+        typer.Option(
+            "--plan",
+            parser=plan_name,
+            metavar="auto|kernel|materialised",
+            help="How statistics are computed: auto (the cheaper plan per site), kernel (flash kernel, no maps) or "
+            "materialised (float32 probabilities).",
+        ),
+    ] = "auto"
+
+    def capture(self):
+        """The :class:`~anchorlens.capture.options.CaptureOptions` of this flag."""
+        from anchorlens.capture.options import CaptureOptions
+
+        return CaptureOptions(plan=self.capture_plan)
+
+
 CPU_BATCH_SIZE = 8  # on CPU larger batches only add padding: time per example is flat from about 8
 ACCELERATOR_BATCH_SIZE = 32  # an accelerator needs wide batches to be busy; the capture's budget bounds memory
 
@@ -576,6 +610,7 @@ GROUPS: tuple[type, ...] = (
     MeanMapOptions,
     EvidenceOptions,
     ScoringOptions,
+    PlanOptions,
     TrainingOptions,
 )
 

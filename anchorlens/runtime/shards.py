@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,9 +121,22 @@ class Progress:
         table = table if dictionary else table.cast(_plain_schema(table.schema))
         return table.replace_schema_metadata(None)
 
-    def save(self, chunk: int, example_ids: Sequence[int], rows: pd.DataFrame | Rows) -> int:
+    def marker(self, chunk: int) -> dict | None:
+        """The commit marker of ``chunk`` when this run wrote it (its run key, example ids, rows and the facts
+        :meth:`save` was given), else None."""
+        info = _read_json(self.paths(chunk)[1])
+        return info if info is not None and info.get("run_key") == self.run_key else None
+
+    def save(
+        self,
+        chunk: int,
+        example_ids: Sequence[int],
+        rows: pd.DataFrame | Rows,
+        recorded: Mapping[str, Any] | None = None,
+    ) -> int:
         """Write the chunk's metric rows (a frame, or :class:`~anchorlens.analyses.rows.Rows`: no frame is built),
-        then its marker (both atomically); returns the number of rows."""
+        then its marker (both atomically); returns the number of rows. ``recorded``: what else the marker records about
+        the chunk (JSON values, e.g. the plan each attention site took), read back with :meth:`marker`."""
         rows_path, marker = self.paths(chunk)
         facts = {"run_key": self.run_key, "chunk": str(chunk)}
         if isinstance(rows, pd.DataFrame):
@@ -144,6 +157,7 @@ class Progress:
         write_json(
             marker,
             {
+                **(recorded or {}),
                 "run_key": self.run_key,
                 "chunk": chunk,
                 "example_ids": [int(i) for i in example_ids],
@@ -211,19 +225,23 @@ def run_chunks(
     progress: Progress,
     on_chunk: Callable[[int, bool, int], None] | None = None,
     on_chunk_saved: Callable[[int], None] | None = None,
+    marker_facts: Callable[[], Mapping[str, Any]] | None = None,
 ) -> int:
     """Compute and save every ``(chunk index, example ids)`` chunk not already finished; returns rows written.
 
     compute(ids) returns the chunk's metric rows. on_chunk(n, resumed, rows) is called after each chunk with its
     size, whether it came from disk and its rows; on_chunk_saved(chunk) right after a computed chunk is
-    committed. A saved chunk that cannot be read back (truncated, edited, another run's) is recomputed.
+    committed. marker_facts(), called right after compute, gives what the chunk's commit marker records beside its
+    rows (:meth:`Progress.save`). A saved chunk that cannot be read back (truncated, edited, another run's) is
+    recomputed.
     """
     written = 0
     for chunk, ids in chunks:
         resumed = progress.done(chunk, ids)
         rows = 0
         if not resumed:
-            rows = progress.save(chunk, ids, compute(ids))
+            computed = compute(ids)
+            rows = progress.save(chunk, ids, computed, marker_facts() if marker_facts is not None else None)
             written += rows
             release_free_memory()  # the chunk's arrays are gone: their pages go back, not into a growing heap
             if on_chunk_saved is not None:

@@ -7,6 +7,11 @@ chunk whatever the number of examples and re-running the same command resumes. U
 ``torchrun``/``accelerate launch`` chunks are split across ranks, each rank writes its own, and
 rank 0 concatenates them into OUT (no exchange of per-example data); chunking is global, so
 progress saved with one world size resumes with another.
+
+Each chunk's commit marker also records the plan the engine took at each attention site while computing it
+(:mod:`anchorlens.engine.plan`); rank 0 merges them into the manifest's ``capture_plan`` (the plan asked for, and per
+site ``kernel``, ``materialised`` or ``mixed``), so chunks resumed from disk or computed by other ranks count. The plan
+is not part of the run key: both plans give the same numbers to float rounding, and a run resumes under another one.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ from anchorlens.analyses import metrics_rows
 from anchorlens.analyses.evidence import evidence_record
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import Selection
+from anchorlens.capture.sinks import merge_plans
 from anchorlens.errors import UsageError
 from anchorlens.methods.spec import load_guided
 from anchorlens.progress import stage
@@ -192,11 +199,26 @@ def facts_key(facts: dict) -> str:
     return hashlib.sha256(json.dumps(facts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _finish(claim: OutClaim, chunks: Sequence, facts: dict, base, progress: Progress) -> None:
-    """Rank 0: stream the chunks' rows into metrics.parquet, then write manifest.json (the commit marker), then
-    drop .progress."""
+PLANS_FACT = "plans"  # a chunk marker's record of the plan each site took (site name -> plan)
+
+
+def saved_plans(progress: Progress, chunks: Sequence[tuple[int, Sequence[int]]]) -> dict[str, str]:
+    """The plan each attention site took over the saved ``chunks`` (site name -> ``kernel``, ``materialised`` or
+    ``mixed`` where chunks differ), merged from their commit markers (a marker of an older version records none)."""
+    plans: dict[str, str] = {}
+    for chunk, _ids in chunks:
+        recorded = (progress.marker(chunk) or {}).get(PLANS_FACT)
+        if isinstance(recorded, dict):
+            merge_plans(plans, {str(site): str(plan) for site, plan in recorded.items()})
+    return plans
+
+
+def _finish(claim: OutClaim, chunks: Sequence, facts: dict, base, progress: Progress, asked: str) -> None:
+    """Rank 0: stream the chunks' rows into metrics.parquet, then write manifest.json (the commit marker, with the
+    ``capture_plan`` of every chunk, ``asked``: the plan option), then drop .progress."""
     rows = concat_shards(progress, chunks, claim.path / METRICS_FILE)
-    claim.finish_in_place(manifest("capture", base_model=base, rows=rows, **facts))
+    plan = {"asked": asked, "sites": saved_plans(progress, chunks)}
+    claim.finish_in_place(manifest("capture", base_model=base, rows=rows, **facts, capture_plan=plan))
     progress.clear()
 
 
@@ -224,6 +246,7 @@ def run_capture(
     on_chunk_saved: Callable[[int], None] | None = None,
     certificate: CertifyOptions = CertifyOptions(),
     evidence: Mapping[str, Mapping] | None = None,
+    capture: CaptureOptions = CaptureOptions(),
 ) -> Path:
     """Capture ``ckpt`` over ``base`` on a task's examples into OUT (sharded across ranks, resumable).
 
@@ -232,7 +255,9 @@ def run_capture(
     ``certificate``: the capture is checked against eager on the first examples before any chunk (the manifest's
     ``exactness``); an inexact capture stops the run unless allowed. ``evidence``: opt-in evidence reducers added to
     the defaults (name -> options, :func:`~anchorlens.analyses.evidence.parse_evidence`); their rows go to
-    metrics.parquet and the manifest's ``evidence`` records which ran, with their options.
+    metrics.parquet and the manifest's ``evidence`` records which ran, with their options. ``capture``: how the
+    capture computes (its ``plan``: ``auto``, ``kernel`` or ``materialised``); the manifest's ``capture_plan`` records
+    it and the plan each site took. A forced ``kernel`` plan the reducers or the model rule out is one UsageError.
     """
     if batch_size < 1 or chunk_size < 1:
         raise UsageError(f"--batch-size and --chunk-size must be at least 1 (got {batch_size}, {chunk_size})")
@@ -280,7 +305,15 @@ def run_capture(
             "launch every rank with the same command",
         )
         exactness = certify_capture(
-            model, rows, prompts, selection=selection, max_length=max_length, options=certificate, label=ckpt
+            model,
+            rows,
+            prompts,
+            selection=selection,
+            max_length=max_length,
+            options=certificate,
+            label=ckpt,
+            capture=capture,
+            evidence=evidence,
         )
         facts_out = {
             **facts,
@@ -301,13 +334,16 @@ def run_capture(
         chunks = list(enumerate(chunk_indices(len(rows), chunk_size)))
         mine = rt.shard(chunks, info.rank, info.world_size)
 
+        chunk_plans: dict[str, str] = {}  # the plan each site took in the chunk being computed
+
         def compute(ids):
             examples = [rows[i] for i in ids]
             batches = encode_batches(
                 model, examples, prompts, batch_size=batch_size, example_ids=ids, max_length=max_length
             )
             reducers = make_reducers()
-            stream_statistics(model, batches, reducers, selection)
+            chunk_plans.clear()
+            stream_statistics(model, batches, reducers, selection, options=capture, plans=chunk_plans)
             return metrics_rows(reducers, anchors=anchors)  # written to the shard as they are: no frame is built
 
         bar = stage("capture", sum(len(ids) for _, ids in mine), enabled=progress and rt.is_main())
@@ -318,9 +354,15 @@ def run_capture(
             bar.update(n, rows=written[0], resumed=resumed)
 
         with bar:
-            rt.agree(lambda: run_chunks(mine, compute, store, advance, on_chunk_saved))
+            rt.agree(
+                lambda: run_chunks(
+                    mine, compute, store, advance, on_chunk_saved, lambda: {PLANS_FACT: dict(chunk_plans)}
+                )
+            )
         rt.barrier()  # every rank's chunks are on disk before rank 0 concatenates them
-        rt.agree(lambda: _finish(claim, chunks, facts_out, base_obj, store) if claim is not None else None)
+        rt.agree(
+            lambda: _finish(claim, chunks, facts_out, base_obj, store, capture.plan) if claim is not None else None
+        )
         rt.barrier()
         return out
     except BaseException:

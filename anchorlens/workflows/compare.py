@@ -18,6 +18,7 @@ from anchorlens.analyses.tolerance import dtype_name
 from anchorlens.capture.certificate import CertifyOptions
 from anchorlens.capture.collect import PromptRenderer, collect_maps, encode_batches
 from anchorlens.capture.maps import AttentionMaps
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.run import check_selection
 from anchorlens.capture.selection import IndexRanges, Selection
 from anchorlens.errors import UsageError
@@ -159,6 +160,7 @@ def compare(
     map_examples: int = MAP_EXAMPLES,
     map_layers: Sequence[int] | None = None,
     scoring: str = "auto",
+    capture: CaptureOptions = CaptureOptions(),
 ) -> Comparison:
     """Measure every checkpoint on the same inputs and one base; the first checkpoint is the paired baseline.
 
@@ -184,6 +186,10 @@ def compare(
     used (None for a task without labels).
     ``map_examples``/``map_layers``: the StreamingLLM-style maps (``mean_maps``) average the chosen layers (default:
     0, 1, the middle and the last) over the first ``map_examples`` examples; 0 computes none.
+    ``capture``: how the statistics' capture computes (its ``plan``: ``auto``, ``kernel`` or ``materialised``; the
+    maps always materialise); ``facts["capture_plan"]`` records the plan asked for and, per checkpoint, the plan each
+    site took (``kernel``, ``materialised`` or ``mixed``). A forced ``kernel`` plan some checkpoint's reducers or
+    model rule out is one UsageError, before any statistics.
     """
     if len(ckpts) < 2:
         raise UsageError("compare needs at least two --ckpt (e.g. --ckpt base --ckpt instance)")
@@ -219,7 +225,15 @@ def compare(
         validate_positions(model, rows, prompts, batch_size)
     exactness = {
         name: certify_capture(
-            model, rows, prompts, selection=selection, max_length=max_length, options=certificate, label=name
+            model,
+            rows,
+            prompts,
+            selection=selection,
+            max_length=max_length,
+            options=certificate,
+            label=name,
+            capture=capture,
+            evidence=extra,
         )
         for name, model in models.items()
     }
@@ -238,15 +252,37 @@ def compare(
         ranks = open_ranks(shard_dir, specs, models, inputs, prompts, rows, selection, extra, batch_size=batch_size,
                            chunk_size=chunk_size, max_length=max_length, dtype=dtype, scoring=ranked)  # fmt: skip
         maps, params = {}, {}
+        plans: dict[str, dict[str, str]] = {name: {} for name in names}  # checkpoint -> site -> plan taken
         clock = time.perf_counter()
         for index, (name, model) in enumerate(models.items()):
             with stage(f"capture {name}", len(rows), enabled=progress) as bar:
                 frames = (
                     ranks.frames(
-                        index, model, rows, prompts, selection=selection, max_length=max_length, evidence=extra, bar=bar
+                        index,
+                        model,
+                        rows,
+                        prompts,
+                        selection=selection,
+                        max_length=max_length,
+                        evidence=extra,
+                        bar=bar,
+                        options=capture,
+                        plans=plans[name],
                     )  # fmt: skip
                     if ranks is not None
-                    else _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, extra)
+                    else _chunk_frames(
+                        model,
+                        rows,
+                        prompts,
+                        selection,
+                        batch_size,
+                        max_length,
+                        chunk_size,
+                        bar,
+                        extra,
+                        options=capture,
+                        plans=plans[name],
+                    )
                 )
                 for df in frames:
                     summaries.add(name, df)
@@ -311,6 +347,7 @@ def compare(
         "checkpoint_specs": dict(zip(names, specs)),  # each name (--ckpt NAME=SPEC, or the spec's own) -> its spec
         "roles": prompts.roles.to_json(),
         "scoring": ranked,  # how the task effects ranked the answers: sum or first_token (None: no labels)
+        "capture_plan": {"asked": capture.plan, "checkpoints": plans},  # the statistics' plan at each site
         "seconds": {k: round(v, 3) for k, v in seconds.items()},  # capture (every checkpoint), task effects, statistics
         **({"evidence": evidence_record(default_reducers(roles=prompts.roles, extra=extra))} if extra else {}),
         **inputs.facts(prompts),
@@ -351,13 +388,17 @@ def effects_scoring(scoring: str, models: Mapping[str, Any], base: Any, inputs: 
     return resolve_scoring(scoring, models.values(), base.tokenizer, inputs.task)
 
 
-def _chunk_frames(model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None):
+def _chunk_frames(
+    model, rows, prompts, selection, batch_size, max_length, chunk_size, bar, evidence=None, *,
+    options: CaptureOptions = CaptureOptions(), plans: dict[str, str] | None = None,
+):  # fmt: skip
     """Each chunk's metric rows of ``model``, kept nowhere (memory holds one chunk; with a ``shard_dir``,
-    :meth:`~anchorlens.workflows.compare_ranks.RankRun.frames` gives the same chunks, saved)."""
+    :meth:`~anchorlens.workflows.compare_ranks.RankRun.frames` gives the same chunks, saved); ``options``: how the
+    capture computes; ``plans``: filled with the plan each site took over every chunk."""
     for ids in chunk_indices(len(rows), chunk_size):
         yield chunk_rows(
             model, rows, ids, prompts, selection=selection, batch_size=batch_size, max_length=max_length, progress=bar,
-            evidence=evidence,
+            evidence=evidence, options=options, plans=plans,
         ).frame()  # fmt: skip
 
 

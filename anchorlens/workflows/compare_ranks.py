@@ -35,6 +35,7 @@ import pandas as pd
 
 from anchorlens.analyses.frames import conform
 from anchorlens.analyses.rows import Rows
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.selection import Selection
 from anchorlens.errors import UsageError
 from anchorlens.evaluation.effects import EFFECT_COLUMNS, TEXT_BATCH, example_effects
@@ -43,7 +44,7 @@ from anchorlens.runtime import distributed as rt
 from anchorlens.runtime.shards import Progress, chunk_indices, require_done, run_chunks
 from anchorlens.tasks import Task
 from anchorlens.tasks.prompts import Prompts
-from anchorlens.workflows.capture_run import prepare_out, run_identity
+from anchorlens.workflows.capture_run import PLANS_FACT, prepare_out, run_identity, saved_plans
 from anchorlens.workflows.inputs import Inputs
 from anchorlens.workflows.statistics import chunk_rows, model_reducers
 
@@ -93,15 +94,16 @@ class RankRun:
         """``(shard number, example ids)`` of ``parts``, numbered from ``first``."""
         return [(first + i, ids) for i, ids in enumerate(parts)]
 
-    def _compute(self, shards: Chunks, compute, bar=None) -> None:
-        """This rank's share of ``shards`` (those not committed yet), then a barrier: every shard is on disk."""
+    def _compute(self, shards: Chunks, compute, bar=None, marker_facts=None) -> None:
+        """This rank's share of ``shards`` (those not committed yet), then a barrier: every shard is on disk.
+        ``marker_facts()``: what each computed shard's commit marker records beside its rows."""
         mine = rt.shard(shards, self.rank, self.world)
 
         def advance(n: int, resumed: bool, rows: int) -> None:
             if bar is not None and resumed:
                 bar.update(n, resumed=True)
 
-        rt.agree(lambda: run_chunks(mine, compute, self.store, advance))
+        rt.agree(lambda: run_chunks(mine, compute, self.store, advance, marker_facts=marker_facts))
         rt.barrier()
 
     def _read(self, shards: Chunks) -> Iterator[pd.DataFrame]:
@@ -121,19 +123,27 @@ class RankRun:
         max_length: int | None,
         evidence: Mapping[str, Mapping] | None,
         bar=None,
+        options: CaptureOptions = CaptureOptions(),
+        plans: dict[str, str] | None = None,
     ) -> Iterator[pd.DataFrame]:
         """Checkpoint ``index``'s chunk frames: computed by every rank into shards; yielded (in example order,
-        read back from disk) on rank 0 only."""
+        read back from disk) on rank 0 only. ``options``: how the capture computes (its plan); ``plans``: filled on
+        rank 0 with the plan each site took over every shard of the checkpoint (from the shards' markers, so shards
+        other ranks or an earlier run computed count)."""
         shards = self._numbered(index * len(self.chunks), self.chunks)
+        chunk_plans: dict[str, str] = {}  # the plan each site took in the shard being computed
 
         def compute(ids: Sequence[int]) -> Rows:
+            chunk_plans.clear()
             return chunk_rows(
                 model, rows, ids, prompts, selection=selection, batch_size=self.batch_size, max_length=max_length,
-                progress=bar, evidence=evidence,
+                progress=bar, evidence=evidence, options=options, plans=chunk_plans,
             )  # fmt: skip
 
-        self._compute(shards, compute, bar)
+        self._compute(shards, compute, bar, lambda: {PLANS_FACT: dict(chunk_plans)})
         if self.rank == 0:
+            if plans is not None:
+                plans.update(saved_plans(self.store, shards))
             for frame in self._read(shards):
                 yield conform(frame)
 

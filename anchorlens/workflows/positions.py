@@ -107,7 +107,13 @@ def sweep_positions(
     for position in positions:
         _move(model, position)
         exactness[position] = certify_capture(
-            model, rows, prompts, selection=selection, options=certificate, label=f"{spec} at {position}"
+            model,
+            rows,
+            prompts,
+            selection=selection,
+            options=certificate,
+            label=f"{spec} at {position}",
+            evidence=extra,
         )
         # the anchor's derived rows come from capture_statistics itself (adding them again duplicated them)
         df = capture_statistics(

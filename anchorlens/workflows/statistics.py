@@ -12,8 +12,11 @@ from anchorlens.analyses import default_reducers, metrics_frame, metrics_rows
 from anchorlens.analyses.rows import Rows
 from anchorlens.capture.certificate import CertifyOptions, certify, require_exact
 from anchorlens.capture.collect import encode_batches, stream_statistics
+from anchorlens.capture.options import CaptureOptions
 from anchorlens.capture.reducer import Reducer
 from anchorlens.capture.selection import Selection
+from anchorlens.engine.plan import KERNEL
+from anchorlens.errors import UsageError
 from anchorlens.roles.table import RoleTable
 from anchorlens.tasks.prompts import Prompts
 from anchorlens.workflows.first_pass import first_pass
@@ -79,15 +82,19 @@ def chunk_rows(
     anchors: Sequence[str] | None = None,
     progress=None,
     evidence: Mapping[str, Mapping] | None = None,
+    options: CaptureOptions = CaptureOptions(),
+    plans: dict[str, str] | None = None,
 ) -> Rows:
     """Per-example metric rows of the examples ``rows[ids]`` as integer-coded :class:`~anchorlens.analyses.rows.Rows`
     (one chunk of a run: fresh reducers, so memory holds this chunk only; a shard is written from them without a
     frame); ``model`` a GuidedModel, ``rows`` rendered by ``prompts``; ``evidence``: the opt-in evidence reducers to
-    add (name -> options)."""
+    add (name -> options); ``options``: how the capture computes (its ``plan``); ``plans``: filled with the plan each
+    site took (site name -> ``kernel``, ``materialised`` or ``mixed``, :func:`~anchorlens.capture.collect.
+    stream_statistics`)."""
     anchors = tuple(anchors or model.anchors())
     reducers = model_reducers(model, prompts.roles, evidence)
     batches = _batches(model, rows, ids, prompts, batch_size, max_length)
-    stream_statistics(model, batches, reducers, selection, progress=progress)
+    stream_statistics(model, batches, reducers, selection, progress=progress, options=options, plans=plans)
     return metrics_rows(reducers, anchors=anchors)
 
 
@@ -100,19 +107,27 @@ def certify_capture(
     max_length: int | None = None,
     options: CertifyOptions = CertifyOptions(),
     label: str = "the capture",
+    capture: CaptureOptions = CaptureOptions(),
+    evidence: Mapping[str, Mapping] | None = None,
 ) -> dict | None:
     """The manifest's ``exactness`` record of ``model``'s capture on the first rows (None when disabled).
 
-    InexactCaptureError (one line naming the layer) when the capture differs from eager beyond the dtype's threshold,
-    unless ``options.allow_inexact``.
+    Both plans are checked: the materialised plan's probabilities, and the kernel plan's statistics as the run's
+    reducers (:func:`model_reducers` with ``evidence``) ask for them, unless ``capture.plan`` is ``materialised``
+    (:func:`~anchorlens.capture.certificate.certify`). InexactCaptureError (one line naming the plan and the layer)
+    when either differs from eager beyond the dtype's threshold, unless ``options.allow_inexact``; UsageError (the
+    engine's one line) when ``capture.plan`` is ``kernel`` and the kernel plan is refused.
     """
     if not options.enabled or not rows:
         return None
     count = min(options.examples, len(rows))
     batch = next(_batches(model, rows, range(count), prompts, count, max_length))
     knockouts = bool(getattr(model, "knockout_list", list)())
+    reducers = model_reducers(model, prompts.roles, evidence)
     with model.knockouts_paused() if knockouts else nullcontext():
-        certificate = certify(model, batch, selection)
+        certificate = certify(model, batch, selection, capture, reducers=reducers)
+    if capture.plan == KERNEL and certificate.kernel.unavailable is not None:
+        raise UsageError(certificate.kernel.unavailable)  # the run itself would stop at its first forward
     require_exact(certificate, label, options.allow_inexact)
     record = certificate.to_json()
     if knockouts:

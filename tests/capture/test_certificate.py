@@ -50,7 +50,7 @@ def _wrong_capture(monkeypatch, layer: int) -> None:
     original = CaptureSession.emit
 
     def skewed(self, site, probs, *args, **kwargs):
-        if site.layer == layer:
+        if site.layer == layer and probs is not None:  # the kernel plan's events carry no probabilities
             probs = probs.clone()
             probs[..., 0] += 0.01
         return original(self, site, probs, *args, **kwargs)
@@ -190,3 +190,141 @@ def test_position_sweeps_certify_each_position(tmp_path):
     out = write_positions(sweep, tmp_path / "positions", figures=False)
     assert "Exactness of last: max |Δ|" in (out / "summary.md").read_text()
     assert set(json.loads((out / "manifest.json").read_text())["exactness"]) == {"first", "last"}
+
+
+# --- the kernel plan ---------------------------------------------------------------------------------------------
+
+
+class _MapReader:
+    """A reducer that reads the maps themselves (the kernel plan computes none)."""
+
+    name = "map_reader"
+    reads = frozenset({"probs", "visible"})
+
+    def update(self, event) -> None:
+        pass
+
+
+def _unpadded_batch(base):
+    """Two copies of one RTE example: a batch without padding."""
+    from anchorlens.tasks import bundled_examples, get_task
+
+    text = get_task("rte").template.render(bundled_examples("rte")[0])
+    batch = base.encode([text, text])
+    assert batch.attention_mask.min() == 1, "the batch must have no padding"
+    return batch
+
+
+@pytest.mark.parametrize("padding", ["left", "right", "none"])
+def test_the_kernel_plan_is_certified_with_the_runs_reducers(tiny_base, padding):
+    """Given the run's reducers, a second capture under the kernel plan checks their key sums and p log p sums
+    against eager's maps at every site: within 1e-5 on tiny-llama, padded or not."""
+    from anchorlens.analyses import default_reducers
+
+    base = tiny_base("tiny-llama")
+    batch = _unpadded_batch(base) if padding == "none" else rte_batch(base, padding)
+    certificate = certify(base, batch, reducers=default_reducers())
+    kernel = certificate.kernel
+    assert kernel.unavailable is None and kernel.not_applicable is None
+    assert kernel.compared == ("key_sums", "score_sums")
+    assert [(d.stack, d.layer) for d in kernel.per_layer] == [(s.stack, s.layer) for s, _ in base.sites()]
+    assert kernel.max_abs_diff is not None and kernel.max_abs_diff <= 1e-5, certificate.summary()
+    assert certificate.exact and "kernel plan max |Δ|" in certificate.summary()
+    record = certificate.to_json()
+    assert record["plans"]["kernel"]["max_abs_diff"] == kernel.max_abs_diff
+    assert len(record["plans"]["kernel"]["per_layer"]) == 4 and record["plans"]["kernel"]["compared"] == [
+        "key_sums",
+        "score_sums",
+    ]
+    # the top-level record is still the materialised plan's probabilities
+    assert record["max_abs_diff"] == certificate.max_abs_diff == record["plans"]["materialised"]["max_abs_diff"]
+    assert record["per_layer"] == record["plans"]["materialised"]["per_layer"] and record["exact"] is True
+
+
+def test_a_model_the_kernel_plan_refuses_records_why(tiny_base):
+    """Gemma 2 soft-caps its scores: the forced kernel plan is refused, the record says so in the engine's one line,
+    and the certificate stands on the materialised plan."""
+    from anchorlens.analyses import default_reducers
+
+    base = tiny_base("tiny-gemma2")
+    certificate = certify(base, rte_batch(base, "left"), reducers=default_reducers())
+    assert certificate.kernel.unavailable is not None and "soft-caps its scores" in certificate.kernel.unavailable
+    assert "\n" not in certificate.kernel.unavailable and certificate.kernel.per_layer == ()
+    assert certificate.exact and certificate.kernel.max_abs_diff is None
+    kernel = certificate.to_json()["plans"]["kernel"]
+    assert kernel["max_abs_diff"] is None and "soft-caps" in kernel["unavailable"] and kernel["per_layer"] == []
+    require_exact(certificate, "tiny-gemma2")  # no error: the run never takes the kernel plan there
+
+
+def test_the_kernel_plan_is_not_checked_where_it_does_not_apply(tiny_base):
+    """Reducers that read the maps, a run that asks for the materialised plan, or no reducers at all: no kernel
+    capture, and the record says why."""
+    from anchorlens.analyses import default_reducers
+    from anchorlens.capture.options import CaptureOptions
+
+    base = tiny_base("tiny-llama")
+    batch = rte_batch(base, "right")
+    maps = certify(base, batch, reducers=[*default_reducers(), _MapReader()]).kernel
+    assert (
+        maps.per_layer == () and maps.not_applicable == "map_reader reads probs, which the kernel plan does not compute"
+    )
+    materialised = certify(base, batch, options=CaptureOptions(plan="materialised"), reducers=default_reducers())
+    assert materialised.kernel.per_layer == () and "materialised plan" in str(materialised.kernel.not_applicable)
+    bare = certify(base, batch)
+    assert bare.kernel.per_layer == () and bare.to_json()["plans"]["kernel"]["not_applicable"]
+
+
+def _wrong_kernel_sums(monkeypatch, layer: int, by: float = 1e-2) -> None:
+    """Make the kernel plan's key sums wrong by ``by`` at one layer (the materialised plan's events are untouched)."""
+    original = CaptureSession.emit
+
+    def skewed(self, site, *args, **kwargs):
+        if kwargs.get("plan") == "kernel" and site.layer == layer and kwargs.get("key_sums") is not None:
+            kwargs["key_sums"] = kwargs["key_sums"] + by
+        return original(self, site, *args, **kwargs)
+
+    monkeypatch.setattr(CaptureSession, "emit", skewed)
+
+
+def test_a_wrong_kernel_plan_is_found_at_its_layer_and_refused_naming_the_plan(tiny_base, monkeypatch):
+    from anchorlens.analyses import default_reducers
+
+    base = tiny_base("tiny-llama")
+    _wrong_kernel_sums(monkeypatch, layer=1)
+    certificate = certify(base, rte_batch(base, "left"), reducers=default_reducers())
+    by_layer = {d.layer: d.max_abs_diff for d in certificate.kernel.per_layer}
+    assert by_layer[1] is not None and abs(by_layer[1] - 1e-2) < 1e-4  # the injected error, found where it is
+    assert all(d is not None and d <= 1e-5 for layer, d in by_layer.items() if layer != 1), by_layer
+    assert certificate.max_abs_diff is not None and certificate.max_abs_diff <= 1e-5  # the materialised plan is exact
+    assert not certificate.exact and certificate.to_json()["exact"] is False
+    with pytest.raises(
+        InexactCaptureError, match=r"under the kernel plan .* at decoder layer 1 \(threshold 1e-04"
+    ) as err:
+        require_exact(certificate, "tiny-llama")
+    assert "\n" not in str(err.value) and "--allow-inexact" in str(err.value)
+    require_exact(certificate, "tiny-llama", allow_inexact=True)
+
+
+def test_a_wrong_materialised_plan_is_named_as_such(tiny_base, monkeypatch):
+    base = tiny_base("tiny-llama")
+    _wrong_capture(monkeypatch, layer=2)
+    with pytest.raises(InexactCaptureError, match="under the materialised plan the captured attention differs"):
+        require_exact(certify(base, rte_batch(base, "left")), "tiny-llama")
+
+
+def test_capture_runs_record_both_plans_and_refuse_a_forced_kernel_plan_early(tmp_path):
+    """A run's exactness record checks the kernel plan with the run's reducers; a forced kernel plan the model rules
+    out stops the run in the engine's one line before anything is written."""
+    from anchorlens.capture.options import CaptureOptions
+    from anchorlens.workflows.capture_run import run_capture
+
+    out = run_capture("base", "tiny-llama", "rte", None, 4, Selection(), 2, tmp_path / "run", False, progress=False)
+    plans = json.loads((out / "manifest.json").read_text())["exactness"]["plans"]
+    assert plans["kernel"]["compared"] == ["key_sums", "score_sums"] and len(plans["kernel"]["per_layer"]) == 4
+    assert 0 < plans["kernel"]["max_abs_diff"] <= 1e-5 and plans["materialised"]["max_abs_diff"] <= 1e-5
+    with pytest.raises(UsageError, match="soft-caps its scores") as err:
+        run_capture(
+            "base", "tiny-gemma2", "rte", None, 4, Selection(), 2, tmp_path / "gemma", False, progress=False,
+            capture=CaptureOptions(plan="kernel"),
+        )  # fmt: skip
+    assert "\n" not in str(err.value) and not (tmp_path / "gemma").exists()

@@ -59,13 +59,13 @@ def count_computed(monkeypatch) -> list[int]:
     seen: list[int] = []
     real = capture_run.stream_statistics
 
-    def counting(model, batches, reducers, selection, progress=None):
+    def counting(model, batches, reducers, selection, progress=None, **kwargs):
         def tap():
             for b in batches:
                 seen.extend(b.example_ids.tolist())
                 yield b
 
-        return real(model, tap(), reducers, selection, progress=progress)
+        return real(model, tap(), reducers, selection, progress=progress, **kwargs)
 
     monkeypatch.setattr(capture_run, "stream_statistics", counting)
     return seen
