@@ -32,7 +32,9 @@ def exactness_grid(exactness: Mapping[str, Mapping | None] | None, checkpoints: 
     then the rows ``all layers``, ``threshold`` and ``verdict``; empty when nothing was certified.
 
     A layer of another stack reads ``encoder 3``; a checkpoint without a certificate reads ``not certified (why)``
-    in its verdict and ``—`` elsewhere.
+    in its verdict and ``—`` elsewhere. The per-layer rows are the materialised plan's probabilities; the row
+    ``kernel plan`` is the largest difference of the kernel plan's statistics (``2.1e-06 (key_sums, score_sums)``),
+    ``refused`` where the model rules that plan out, ``not used`` where the run never takes it.
     """
     records = {name: (exactness or {}).get(name) for name in checkpoints}
     if not any(records.values()):
@@ -46,6 +48,9 @@ def exactness_grid(exactness: Mapping[str, Mapping | None] | None, checkpoints: 
             cells[where] = _sci(entry.get("max_abs_diff"))
         if record and record.get("max_abs_diff") is not None:
             cells["all layers"] = _sci(record["max_abs_diff"])
+            kernel = (record.get("plans") or {}).get("kernel")
+            if kernel:
+                cells["kernel plan"] = _kernel_cell(kernel)
             cells["threshold"] = f"{_sci(record.get('threshold'))} ({record.get('dtype')})"
             verdict = "within" if record.get("exact") else "ABOVE (--allow-inexact)"
             cells["verdict"] = f"{verdict}, {record.get('examples')} examples"
@@ -54,9 +59,16 @@ def exactness_grid(exactness: Mapping[str, Mapping | None] | None, checkpoints: 
             cells["verdict"] = f"not certified ({why})"
         columns[name] = cells
     grid = pd.DataFrame(columns)
-    order = [i for i in grid.index if i not in ("all layers", "threshold", "verdict")]
-    order += [i for i in ("all layers", "threshold", "verdict") if i in grid.index]
+    last = ("all layers", "kernel plan", "threshold", "verdict")
+    order = [i for i in grid.index if i not in last] + [i for i in last if i in grid.index]
     return grid.reindex(index=order, columns=list(checkpoints)).fillna("—")
+
+
+def _kernel_cell(kernel: Mapping) -> str:
+    """The ``kernel plan`` cell of a certificate's ``plans["kernel"]`` record."""
+    if kernel.get("max_abs_diff") is not None:
+        return f"{_sci(kernel['max_abs_diff'])} ({', '.join(kernel.get('compared') or ())})"
+    return "refused" if kernel.get("unavailable") else "not used"
 
 
 def _sci(value: object) -> str:

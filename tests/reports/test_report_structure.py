@@ -236,6 +236,13 @@ def test_exactness_grid_is_layers_by_checkpoints():
     assert grid.at["layer 1", "base"] == "3.0e-07" and grid.at["verdict", "base"] == "within, 2 examples"
     assert grid.at["layer 0", "ko"] == "—" and grid.at["verdict", "ko"] == "not certified (not run)"
     assert exactness_grid({}, ["base"]).empty
+    # the kernel plan's row: its largest difference and what it compared, or why it did not run
+    checked = {**record, "plans": {"kernel": {"max_abs_diff": 2.1e-6, "compared": ["key_sums", "score_sums"]}}}
+    refused = {**record, "plans": {"kernel": {"max_abs_diff": None, "unavailable": "soft-caps"}}}
+    unused = {**record, "plans": {"kernel": {"max_abs_diff": None, "not_applicable": "materialised"}}}
+    grid = exactness_grid({"a": checked, "b": refused, "c": unused}, ["a", "b", "c"])
+    assert list(grid.index) == ["layer 0", "layer 1", "all layers", "kernel plan", "threshold", "verdict"]
+    assert grid.loc["kernel plan"].tolist() == ["2.1e-06 (key_sums, score_sums)", "refused", "not used"]
 
 
 def test_the_interactive_view_is_embedded_after_the_figures_with_inline_script_only(report):
