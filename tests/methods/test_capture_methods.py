@@ -146,3 +146,31 @@ def test_guided_models_give_the_same_statistics_with_fused_and_separate_key_sums
         if fa.empty:
             continue
         assert float((fa["value"] - fb["value"]).abs().max()) <= 2e-6, a.name
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-qwen2"])
+@pytest.mark.parametrize(
+    "spec", ["instance", "capsule", "capsule:n=2,fusion=prepend,pos=last", "deep-prompt:n=2,pos=2", "prompt:n=3"]
+)
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_the_kernel_plan_equals_the_materialised_plan_under_guidance(tiny_base, name, spec, padding_side):
+    """With guidance inserted (instance tokens, capsules fused or prepended, deep prompts replaced per layer), the
+    default reducers' frames under the kernel plan equal the materialised plan's within 1e-5, and every site took
+    the plan it was asked for."""
+    base = tiny_base(name)
+    guided = load_guided(spec, base=base)
+    batch = rte_batch(base, padding_side)
+    frames = {}
+    for plan in ("kernel", "materialised"):
+        anchor = guided.entropy_anchor() or "capsule"
+        sink = StreamSink(default_reducers(anchor))
+        capture_batch(guided, batch, sink, need_logits=False, options=CaptureOptions(plan=plan))
+        sink.close()
+        assert set(sink.plans.values()) == {plan}
+        frames[plan] = [r.frame() for r in sink.reducers]
+    for a, b in zip(frames["kernel"], frames["materialised"], strict=True):
+        assert len(a) == len(b)
+        if a.empty:
+            continue
+        assert a.drop(columns="value").equals(b.drop(columns="value"))
+        assert float((a["value"] - b["value"]).abs().max()) <= 1e-5
