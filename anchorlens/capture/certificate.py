@@ -61,8 +61,31 @@ class LayerDiff:
     max_abs_diff: float | None
 
 
+class _PerLayer:
+    """The largest difference over the ``per_layer`` diffs of a check (a mixin of :class:`PlanCheck` and
+    :class:`Certificate`)."""
+
+    per_layer: tuple[LayerDiff, ...]
+
+    @property
+    def max_abs_diff(self) -> float | None:
+        """The largest difference over every checked layer (None when nothing could be checked)."""
+        diffs = [d.max_abs_diff for d in self.per_layer if d.max_abs_diff is not None]
+        return max(diffs) if diffs else None
+
+    @property
+    def worst(self) -> LayerDiff | None:
+        """The layer with the largest difference."""
+        checked = [d for d in self.per_layer if d.max_abs_diff is not None]
+        return max(checked, key=lambda d: d.max_abs_diff or 0.0) if checked else None
+
+    def layers_json(self) -> list[dict[str, Any]]:
+        """``per_layer`` as the manifest records it."""
+        return [{"stack": d.stack, "layer": d.layer, "max_abs_diff": d.max_abs_diff} for d in self.per_layer]
+
+
 @dataclass(frozen=True)
-class PlanCheck:
+class PlanCheck(_PerLayer):
     """The kernel plan's part of a certificate: its statistics against eager's maps, per captured layer.
 
     per_layer: the largest |captured - eager| over the compared quantities at each site; compared: which quantities
@@ -77,23 +100,11 @@ class PlanCheck:
     unavailable: str | None = None
     not_applicable: str | None = None
 
-    @property
-    def max_abs_diff(self) -> float | None:
-        """The largest difference over every checked layer (None when nothing was checked)."""
-        diffs = [d.max_abs_diff for d in self.per_layer if d.max_abs_diff is not None]
-        return max(diffs) if diffs else None
-
-    @property
-    def worst(self) -> LayerDiff | None:
-        """The layer with the largest difference."""
-        checked = [d for d in self.per_layer if d.max_abs_diff is not None]
-        return max(checked, key=lambda d: d.max_abs_diff or 0.0) if checked else None
-
     def to_json(self) -> dict[str, Any]:
         """The record's ``plans["kernel"]``."""
         return {
             "max_abs_diff": self.max_abs_diff,
-            "per_layer": [{"stack": d.stack, "layer": d.layer, "max_abs_diff": d.max_abs_diff} for d in self.per_layer],
+            "per_layer": self.layers_json(),
             "compared": list(self.compared),
             **({"unavailable": self.unavailable} if self.unavailable else {}),
             **({"not_applicable": self.not_applicable} if self.not_applicable else {}),
@@ -104,10 +115,11 @@ NOT_GIVEN = PlanCheck(not_applicable="the certificate was given no reducers")
 
 
 @dataclass(frozen=True)
-class Certificate:
+class Certificate(_PerLayer):
     """What a capture's check against eager found: per captured layer, the largest difference over real queries.
 
-    per_layer: the materialised plan's probabilities against eager's maps; examples: how many examples were checked;
+    per_layer: the materialised plan's probabilities against eager's maps (its ``max_abs_diff`` and ``worst``);
+    examples: how many examples were checked;
     threshold: the largest difference accepted for ``dtype`` (for either plan); seconds: what the check cost (every
     forward); unavailable: why no reference exists, when eager returned none; kernel: the kernel plan's statistics
     against the same maps (:class:`PlanCheck`).
@@ -120,19 +132,6 @@ class Certificate:
     seconds: float
     unavailable: str | None = None
     kernel: PlanCheck = NOT_GIVEN
-
-    @property
-    def max_abs_diff(self) -> float | None:
-        """The largest difference of the materialised plan over every checked layer (None when nothing could be
-        checked)."""
-        diffs = [d.max_abs_diff for d in self.per_layer if d.max_abs_diff is not None]
-        return max(diffs) if diffs else None
-
-    @property
-    def worst(self) -> LayerDiff | None:
-        """The layer with the largest difference (materialised plan)."""
-        checked = [d for d in self.per_layer if d.max_abs_diff is not None]
-        return max(checked, key=lambda d: d.max_abs_diff or 0.0) if checked else None
 
     @property
     def kernel_exact(self) -> bool:
@@ -152,7 +151,7 @@ class Certificate:
         checked), ``exact`` over both, and each plan's under ``plans``."""
         materialised = {
             "max_abs_diff": self.max_abs_diff,
-            "per_layer": [{"stack": d.stack, "layer": d.layer, "max_abs_diff": d.max_abs_diff} for d in self.per_layer],
+            "per_layer": self.layers_json(),
             "compared": ["probs"],
             **({"unavailable": self.unavailable} if self.unavailable else {}),
         }
