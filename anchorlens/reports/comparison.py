@@ -158,7 +158,9 @@ EVIDENCE_TITLE = "Evidence beyond attention weights: mass by weight and by norm,
 EXACTNESS_TITLE = "Exactness certificate: max |Δ| of the captured attention against eager attention, per layer"
 EXACTNESS_NOTE = (
     "Each checkpoint's capture is checked against eager attention on the first examples before any statistic is "
-    "computed; a capture above its dtype's threshold is refused unless --allow-inexact."
+    "computed; a capture above its dtype's threshold is refused unless --allow-inexact. The layer rows compare the "
+    "probabilities (the materialised plan); the row kernel plan compares what the kernel plan computes instead (key "
+    "sums, sums of p log p) with the same eager maps, or says it was refused or not used."
 )
 
 
