@@ -233,34 +233,46 @@ def _eager_reference(
     return reference, gaps
 
 
-class _CompareSink:
-    """A sink that compares every event with the eager reference as it arrives (keeps one float per site)."""
+class _SiteDiffs:
+    """Folds each event's largest difference from the eager reference into its site's (one float per site; None
+    for a site eager returned no map for)."""
 
     def __init__(self, reference: Mapping[str, Mapping[int, torch.Tensor]]) -> None:
         self.reference = reference
         self.diffs: dict[tuple[str, int], float | None] = {}
 
     def consume(self, event: AttentionEvent) -> None:
-        """Fold one event's largest difference over real query rows into its site's."""
+        """Fold one event's largest difference (:meth:`difference`) into its site's."""
         key = (event.stack, event.layer)
         ref_site = self.reference.get(event.stack, {}).get(event.layer)
         if ref_site is None:
             self.diffs.setdefault(key, None)
             return
+        diff = self.difference(event, ref_site)
+        previous = self.diffs.get(key)
+        self.diffs[key] = diff if previous is None else max(previous, diff)
+
+    def difference(self, event: AttentionEvent, ref_site: torch.Tensor) -> float:
+        """The largest difference of ``event`` from eager's map of its site, ``ref_site`` [B, H_all, Q, K]."""
+        raise NotImplementedError
+
+
+class _CompareSink(_SiteDiffs):
+    """A sink that compares every event's probabilities with the eager reference as it arrives."""
+
+    def difference(self, event: AttentionEvent, ref_site: torch.Tensor) -> float:
+        """The largest |captured - eager| over the event's real query rows."""
         q = slice(event.query_start, event.query_start + event.shape[2])
         ref = ref_site.index_select(1, event.heads.to(ref_site.device))[:, :, q].float().to(event.device)
         captured = event.full_probs()
         rows = event.layout.q.valid[:, None, :, None].to(captured.device)
         if ref.shape != captured.shape:
-            diff = float("inf")  # the capture saw another geometry than the model computed
-        elif not captured.numel():
-            diff = 0.0
-        elif event.learned_sink is None:
-            diff = float(((captured - ref).abs() * rows).max())
-        else:
-            diff = _learned_sink_diff(captured, event.learned_sink, ref, rows)
-        previous = self.diffs.get(key)
-        self.diffs[key] = diff if previous is None else max(previous, diff)
+            return float("inf")  # the capture saw another geometry than the model computed
+        if not captured.numel():
+            return 0.0
+        if event.learned_sink is None:
+            return float(((captured - ref).abs() * rows).max())
+        return _learned_sink_diff(captured, event.learned_sink, ref, rows)
 
 
 def _learned_sink_diff(captured: torch.Tensor, sink: torch.Tensor, ref: torch.Tensor, rows: torch.Tensor) -> float:
@@ -277,7 +289,7 @@ def _learned_sink_diff(captured: torch.Tensor, sink: torch.Tensor, ref: torch.Te
     return float(((real - ref).abs() * rows).max())
 
 
-class _KernelCompareSink:
+class _KernelCompareSink(_SiteDiffs):
     """A sink that compares the kernel plan's statistics with the eager reference as they arrive (one float per site).
 
     It asks for what the run's reducers ask for (``reads``, ``readers``, ``key_columns``, ``score_columns`` and
@@ -286,9 +298,8 @@ class _KernelCompareSink:
     """
 
     def __init__(self, reference: Mapping[str, Mapping[int, torch.Tensor]], reducers: Sequence[Reducer]) -> None:
-        self.reference = reference
+        super().__init__(reference)
         self.stream = StreamSink(reducers)
-        self.diffs: dict[tuple[str, int], float | None] = {}
         self.compared: set[str] = set()
 
     @property
@@ -312,16 +323,10 @@ class _KernelCompareSink:
         """The reducers' own column tensors joined into ``columns`` (:meth:`StreamSink.column_parts`)."""
         return self.stream.column_parts(columns)
 
-    def consume(self, event: AttentionEvent) -> None:
-        """Fold one event's largest difference over real query rows that see a key into its site's."""
-        key = (event.stack, event.layer)
-        ref_site = self.reference.get(event.stack, {}).get(event.layer)
-        if ref_site is None:
-            self.diffs.setdefault(key, None)
-            return
-        diff = _kernel_diff(event, ref_site, self.compared)
-        previous = self.diffs.get(key)
-        self.diffs[key] = diff if previous is None else max(previous, diff)
+    def difference(self, event: AttentionEvent, ref_site: torch.Tensor) -> float:
+        """The largest difference of the event's statistics over real query rows that see a key
+        (:func:`_kernel_diff`)."""
+        return _kernel_diff(event, ref_site, self.compared)
 
 
 def _kernel_diff(event: AttentionEvent, ref_site: torch.Tensor, compared: set[str]) -> float:
