@@ -145,10 +145,10 @@ FULL_DISK = textwrap.dedent("""
         comparison.write_comparison = full_write
     else:
         save = shards.Progress.save
-        def full_save(self, chunk, ids, rows):
+        def full_save(self, chunk, ids, rows, **recorded):
             if chunk == 1:  # the second checkpoint's chunk, once the first one is saved
                 fill_the_disk()
-            return save(self, chunk, ids, rows)
+            return save(self, chunk, ids, rows, **recorded)
         shards.Progress.save = full_save
     sys.argv = ["anchorlens", "compare", "--ckpt", "base", "--ckpt", "instance", "--base", "tiny-llama", "--n", "2",
                 "--out", sys.argv[1]]

@@ -132,6 +132,7 @@ class Progress:
         chunk: int,
         example_ids: Sequence[int],
         rows: pd.DataFrame | Rows,
+        *,
         recorded: Mapping[str, Any] | None = None,
     ) -> int:
         """Write the chunk's metric rows (a frame, or :class:`~anchorlens.analyses.rows.Rows`: no frame is built),
@@ -241,7 +242,7 @@ def run_chunks(
         rows = 0
         if not resumed:
             computed = compute(ids)
-            rows = progress.save(chunk, ids, computed, marker_facts() if marker_facts is not None else None)
+            rows = progress.save(chunk, ids, computed, recorded=marker_facts() if marker_facts is not None else None)
             written += rows
             release_free_memory()  # the chunk's arrays are gone: their pages go back, not into a growing heap
             if on_chunk_saved is not None:

@@ -85,10 +85,10 @@ LOGGED = """
 import os, sys
 from anchorlens.runtime import shards
 save = shards.Progress.save
-def logged(self, chunk, ids, frame):
+def logged(self, chunk, ids, frame, **recorded):
     with open(os.path.join({log!r}, "rank" + os.environ.get("RANK", "0")), "a") as fh:
         fh.write(f"{{chunk}}\\n")
-    return save(self, chunk, ids, frame)
+    return save(self, chunk, ids, frame, **recorded)
 shards.Progress.save = logged
 from anchorlens.cli import main
 sys.argv = ["anchorlens", *{args!r}]
@@ -128,8 +128,8 @@ KILLED_AFTER = """
 import os, signal, sys
 from anchorlens.runtime import shards
 save = shards.Progress.save
-def save_then_die(self, chunk, ids, frame):
-    saved = save(self, chunk, ids, frame)
+def save_then_die(self, chunk, ids, frame, **recorded):
+    saved = save(self, chunk, ids, frame, **recorded)
     if chunk == {last}:
         os.kill(os.getpid(), signal.SIGKILL)
     return saved
