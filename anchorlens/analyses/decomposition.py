@@ -164,7 +164,8 @@ class DecompositionReducer(SiteReducer):
         roles, fields = role_columns(r), group_columns(r)
         keys = torch.cat([columns[..., roles], columns[..., SINK_KEY : SINK_KEY + 1], columns[..., fields]], -1)
         # keys: [B, K', R+1+F] (the roles, the sink, then the field groups), zero rows for padding keys
-        # how many of each each query can attend to after every edit; a knockout of chosen heads: the mean over heads
+        # how many keys of each column a query can attend to after every edit; a knockout of chosen heads: the mean
+        # over the heads
         seen = event.visible_counts(keys).mean(1)  # [B, Q, R+1+F]
         q_hot = torch.cat([query_roles(event), query_fields_transposed(event).transpose(1, 2)], -1)  # [B, Q, R+F]
         pairs = torch.einsum("bqs,bqr->bsr", q_hot, seen)

@@ -98,7 +98,8 @@ class AttentionEvent:
     def device(self) -> torch.device:
         """Where the event's tensors are."""
         found = self.probs if self.probs is not None else self.log_norm
-        return (found if found is not None else self.visible_mask()).device
+        assert found is not None, "an event carries its probabilities or its log normaliser"
+        return found.device
 
     def visible_mask(self) -> torch.Tensor:
         """[B|1, H|1, q, K'] bool: ``visible``, or the mask ``key_span`` stands for (built on each call, O(q·K'):

@@ -185,9 +185,11 @@ class CaptureSession:
         heads = self._event_heads(shaped.shape[1], shaped.device)
         layout = self.layout.layout(site.stack, site.layer)
         q_total = layout.q.roles.shape[1]
-        span = visible if isinstance(visible, KeySpan) else None
-        dense = visible if isinstance(visible, torch.Tensor) else None
-        q_len, k_len = shaped.shape[2], visible.key_count if isinstance(visible, KeySpan) else visible.shape[-1]
+        if isinstance(visible, KeySpan):
+            span, dense, k_len = visible, None, visible.key_count
+        else:
+            span, dense, k_len = None, visible, visible.shape[-1]
+        q_len = shaped.shape[2]
         if query_start + q_len > q_total or k_len > layout.k.roles.shape[1]:
             raise RuntimeError(
                 f"capture at {site.name}: attention is {(q_len, k_len)} (queries, keys) from query "

@@ -92,7 +92,7 @@ class _Kernel:
         self.call = call
         self.query = call.query
         self.key = _expand_heads(call.key, h)
-        self.mask = additive if additive is not None or call.mask is None else additive_mask(call)
+        self.mask = additive if additive is not None else additive_mask(call)
         self.causal = call.mask is None and call.causal
         self.width = d
 
