@@ -7,7 +7,9 @@ taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored m
 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, the materialised plan:
 what plan ``auto`` takes for the default reducers on a CPU), ``kernel`` (the same reducers under the kernel plan: the
 flash kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engine.kernel`). ``--reducers light`` streams
-role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's). A short input's
+role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's);
+``--reducers battery`` the default reducers and the sink battery (the mass each key receives: one more pass under the
+kernel plan, :meth:`anchorlens.engine.kernel.KernelCall.received`). A short input's
 forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
 and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
 eager paired per round) and peak RSS above the loaded model (MiB), per T.
@@ -78,7 +80,10 @@ def child(
         elif mode == "eager":
             eager_statistics(base, b)
         else:
-            made = default_reducers() if reducers == "default" else [make_reducer(n) for n in LIGHT]
+            if reducers == "light":
+                made = [make_reducer(n) for n in LIGHT]
+            else:
+                made = default_reducers(extra=["sink_battery"] if reducers == "battery" else [])
             plan = "kernel" if mode == "kernel" else "materialised"
             stream_statistics(base, [b], made, options=CaptureOptions(plan=plan))
 
@@ -105,7 +110,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eager-max", type=int, default=2048)
     parser.add_argument("--min-seconds", type=float, default=4.0, help="CPU seconds each process spends forwarding")
-    parser.add_argument("--reducers", choices=("default", "light"), default="default")
+    parser.add_argument("--reducers", choices=("default", "light", "battery"), default="default")
     parser.add_argument("--modes", default=",".join(MODES), help="a subset of plain,eager,fast,kernel")
     parser.add_argument(
         "--model", default="smollm2-135m", help="a base spec: tiny-llama (random, 4 layers) for 16k-32k tokens"

@@ -49,6 +49,7 @@ from anchorlens.analyses.rows import Rows, cell_rows
 from anchorlens.analyses.shared import anchor_key_index
 from anchorlens.capture.event import AttentionEvent
 from anchorlens.capture.identity import IdentityCache
+from anchorlens.engine.quantities import RECEIVED, VISIBLE
 from anchorlens.errors import UsageError
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
 
@@ -97,6 +98,8 @@ class SinkBatteryReducer(SiteReducer):
     """
 
     name = "sink_battery"
+    # the mass each key receives, summed over the queries: the kernel plan computes it in one more pass
+    reads = frozenset({RECEIVED, VISIBLE})
 
     def __init__(
         self, eps: float | Sequence[float] = DEFAULT_EPS, top: int = DEFAULT_TOP, roles: RoleTable = BUILTIN_ROLES
@@ -123,36 +126,26 @@ class SinkBatteryReducer(SiteReducer):
         """Add the chunk's received mass per key; at the call's last chunk reduce it into the state."""
         self._check_roles(event)
         site = (event.stack, int(event.layer))
-        probs = event.probabilities(self.name)
-        b, h, q, k_cover = probs.shape
+        received = event.received_mass(self.name)  # [B, H, K']: from the chunk's valid queries
+        b, h, k_cover = received.shape
         k_all = event.layout.k.roles.shape[1]
+        dev = received.device
         if event.is_first_chunk or site not in self._open:
             self._open[site] = [
-                torch.zeros(b, h, k_all, dtype=torch.float64, device=probs.device),
-                torch.zeros(b, h, k_all, dtype=torch.float64, device=probs.device),
-                torch.zeros(b, dtype=torch.float64, device=probs.device),
+                torch.zeros(b, h, k_all, dtype=torch.float64, device=dev),
+                torch.zeros(b, h, k_all, dtype=torch.float64, device=dev),
+                torch.zeros(b, dtype=torch.float64, device=dev),
             ]
         mass, queries, n_queries = self._open[site]
-        q_valid = event.layout.q.valid.to(probs.device).to(probs.dtype)  # [B, q]
-        # the probabilities summed over the chunk's valid queries: one [1, q] x [q, K'] product per head
-        # (the capture's rows are finite, padding queries' too; they weigh 0 here)
-        mass[..., :k_cover] += torch.matmul(q_valid[:, None, None, :], probs).squeeze(2)
-        queries[..., :k_cover] += self._seen_counts(event, q_valid)
-        n_queries += q_valid.sum(1)
+        mass[..., :k_cover] += received
+        queries[..., :k_cover] += self._seen_by.get(
+            (event.visibility_key, event.layout.q.valid, dev), event.received_counts
+        )
+        n_queries += event.layout.q.valid.to(dev).sum(1)
         if event.is_last_chunk:
             del self._open[site]
             arrays = self._reduce_call(event, mass, queries, n_queries)
             self._sums.add([site], event.example_ids, event.heads, arrays)
-
-    def _seen_counts(self, event: AttentionEvent, q_valid: torch.Tensor) -> torch.Tensor:
-        """[B, H|1, K'] float64: valid queries of the chunk that may see each key after every edit (a knockout's keys
-        are not seen: its heads per head), once per mask and chunk."""
-
-        def compute() -> torch.Tensor:
-            seen = event.visible_mask().to(q_valid.device).to(q_valid.dtype)  # [B|1, H|1, q, K']
-            return torch.matmul(q_valid[:, None, None, :], seen).squeeze(2).double()
-
-        return self._seen_by.get((event.visibility_key, event.layout.q.valid, q_valid.device), compute)
 
     def _reduce_call(
         self, event: AttentionEvent, mass: torch.Tensor, queries: torch.Tensor, n_queries: torch.Tensor

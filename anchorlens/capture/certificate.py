@@ -31,7 +31,7 @@ from anchorlens.capture.run import CaptureTarget, capture_batch
 from anchorlens.capture.selection import Selection
 from anchorlens.capture.sinks import StreamSink
 from anchorlens.engine.plan import KERNEL, MATERIALISED
-from anchorlens.engine.quantities import KERNEL_QUANTITIES, KEY_SUMS, SCORE_SUMS
+from anchorlens.engine.quantities import KERNEL_QUANTITIES, KEY_SUMS, RECEIVED, SCORE_SUMS
 from anchorlens.errors import UsageError
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import Layout
@@ -90,7 +90,8 @@ class PlanCheck(_PerLayer):
 
     per_layer: the largest |captured - eager| over the compared quantities at each site; compared: which quantities
     (``key_sums``: P @ C over the key columns the reducers ask for; ``score_sums``: sum_j p log p over their score
-    columns, from the captured score sums and log normaliser); unavailable: the one line the forced kernel plan was
+    columns, from the captured score sums and log normaliser; ``received``: the mass each key receives, per valid
+    query); unavailable: the one line the forced kernel plan was
     refused with (the module or the inputs rule it out); not_applicable: why it was not run (the reducers read what
     the kernel plan does not compute, none were given, or the run asks for the materialised plan).
     """
@@ -335,7 +336,8 @@ def _kernel_diff(event: AttentionEvent, ref_site: torch.Tensor, compared: set[st
     With P_ref [B, H, q, K'] eager's rows of the event's heads and queries over the K' keys it covers: ``key_sums``
     [B, H, q, C] against P_ref @ C (C: the event's ``key_columns`` [B, K, C] over those keys), and for the score
     columns W [B, K, S] the captured ``score_sums - log_norm * (P_ref @ W)`` against sum_j P_ref log P_ref W
-    (0 log 0 = 0), over the valid query rows that see at least one key. Adds the names of the quantities compared to
+    (0 log 0 = 0), over the valid query rows that see at least one key; ``received`` [B, H, K'] against the column
+    sums of P_ref over the valid queries, per valid query (the sink battery's alpha). Adds the names of the quantities compared to
     ``compared``; inf when the event's geometry differs from eager's."""
     b, h, q_len, k_len = event.shape
     q = slice(event.query_start, event.query_start + q_len)
@@ -364,6 +366,12 @@ def _kernel_diff(event: AttentionEvent, ref_site: torch.Tensor, compared: set[st
         expected = torch.matmul(torch.xlogy(ref, ref), weights)
         diff = max(diff, float(((captured - expected).abs() * rows).max()))
         compared.add(SCORE_SUMS)
+    if event.received is not None:
+        valid = event.layout.q.valid.to(ref.device).to(ref.dtype)  # [B, q]
+        expected = torch.matmul(valid[:, None, None, :], ref).squeeze(2)  # [B, H, K']
+        per_query = (event.received - expected).abs() / valid.sum(1).clamp_min(1.0)[:, None, None]
+        diff = max(diff, float(per_query.max()))
+        compared.add(RECEIVED)
     return diff
 
 

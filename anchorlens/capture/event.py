@@ -42,7 +42,9 @@ class AttentionEvent:
     norm of key j's contribution to query i's output; computed only when the sink asks (``wants_value_norms``).
     score_sums: [B, H, q, S] float32 or None, sum_j p_ij s_ij W_js over the S weight columns ``score_columns``
     ([B, K, S], the tensor the sink's ``score_columns`` returned; compare by identity): with ``log_norm`` they give
-    sum p log p over those keys without the probabilities (an entropy). plan: which of the engine's plans computed
+    sum p log p over those keys without the probabilities (an entropy). received: [B, H, K'] float32 or None, the
+    mass each key receives from the event's valid queries, where the kernel plan computed it (read
+    :meth:`received_mass`, which sums ``probs`` otherwise). plan: which of the engine's plans computed
     the event: ``"materialised"`` (probabilities in float32 chunks, ``probs`` and ``scores`` set) or ``"kernel"``
     (a fused kernel and its log-sum-exp, :mod:`anchorlens.engine.kernel`: ``probs`` and ``scores`` None, the
     quantities the sink reads set: ``log_norm``, ``key_sums``, ``score_sums``, ``visible``).
@@ -81,6 +83,7 @@ class AttentionEvent:
     key_parts: tuple[tuple[torch.Tensor, int], ...] = ()
     score_parts: tuple[tuple[torch.Tensor, int], ...] = ()
     key_span: KeySpan | None = None
+    received: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -147,6 +150,24 @@ class AttentionEvent:
                 "computed none: declare 'probs' in its reads"
             )
         return self.probs
+
+    def received_mass(self, reader: str) -> torch.Tensor:
+        """[B, H, K'] float32: sum over the event's valid queries i of p_ij, the mass each key j receives from them:
+        the kernel plan's ``received``, or the sum of ``probs`` (padding queries' rows are finite; they weigh 0)."""
+        if self.received is not None:
+            return self.received
+        probs = self.probabilities(reader)
+        valid = self.layout.q.valid.to(probs.device).to(probs.dtype)  # [B, q]
+        return torch.matmul(valid[:, None, None, :], probs).squeeze(2)
+
+    def received_counts(self) -> torch.Tensor:
+        """[B, H|1, K'] float64: how many of the event's valid queries see each key after every edit (a key span's
+        difference array, O(q + K'); a product with the mask otherwise)."""
+        valid = self.layout.q.valid.to(self.device)
+        if self.key_span is not None and self.visible is None:
+            return self.key_span.key_counts(valid.to(torch.float64))
+        seen = self.visible_mask().to(self.device).to(torch.float32)  # [B|1, H|1, q, K']
+        return torch.matmul(valid[:, None, None, :].to(torch.float32), seen).squeeze(2).double()
 
     @property
     def query_valid(self) -> torch.Tensor:

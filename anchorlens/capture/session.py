@@ -158,6 +158,11 @@ class CaptureSession:
             (name, layout.k.roles, layout.k.valid, layout.k.fields, device, dtype), lambda: ask(layout, device, dtype)
         )
 
+    def valid_queries(self, site: Site, device: torch.device) -> torch.Tensor:
+        """[B, Q] bool: the real (not padding) queries of ``site``'s layout, once per layout and forward."""
+        q = self.layout.layout(site.stack, site.layer).q
+        return self.shared.get(("valid_queries", q.valid, device), lambda: q.valid.to(device).bool())
+
     def emit(
         self,
         site: Site,
@@ -173,13 +178,15 @@ class CaptureSession:
         score_sums: torch.Tensor | None = None,
         score_columns: torch.Tensor | None = None,
         plan: str = "materialised",
+        received: torch.Tensor | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys;
         None under the kernel plan, whose ``log_norm`` [B, H, q, 1] then gives the shape)
         and hand it on. ``key_sums``: [B, H, q, C] sums of ``probs`` over ``key_columns`` [B, K, C] (see
         :meth:`key_columns`), when the capture computed them. ``learned_sink``: [B, H, q], the mass of a learned
         sink logit (gpt-oss), when the site has one. ``value_norms``: [B, H, K] ||v_j W_O^h||, when the sink asks for
-        them (:attr:`wants_value_norms`)."""
+        them (:attr:`wants_value_norms`). ``received``: [B, H, K'] the mass each key receives from the valid queries,
+        when the kernel plan computed it (the sink reads it)."""
         shaped = probs if probs is not None else log_norm
         assert shaped is not None, "an event without probabilities carries its log normaliser"
         heads = self._event_heads(shaped.shape[1], shaped.device)
@@ -217,6 +224,7 @@ class CaptureSession:
                 score_sums=score_sums,
                 score_columns=score_columns,
                 plan=plan,
+                received=received,
                 key_parts=self._column_parts(key_columns),
                 score_parts=self._column_parts(score_columns),
                 key_span=span,

@@ -56,7 +56,7 @@ from anchorlens.engine.output import (
 )
 from anchorlens.engine.plan import KERNEL, choose_plan
 from anchorlens.engine.probs import chunk_probs, edited_visibility, learned_sink_mass
-from anchorlens.engine.quantities import KEY_SUMS, SCORE_SUMS
+from anchorlens.engine.quantities import KEY_SUMS, RECEIVED, SCORE_SUMS
 from anchorlens.engine.value_norms import value_norms
 from anchorlens.models.adapters.site import Site
 
@@ -145,9 +145,10 @@ def _kernel_plan(active: Observer, site: Site, call: AttentionCall) -> KernelPla
     dev, k_len = call.query.device, call.key.shape[2]
     columns = active.key_columns(site, dev, torch.float32)
     scored = active.score_columns(site, dev, torch.float32)
+    received = RECEIVED in active.reads
     return active.shared.get(
-        ("kernel_plan", columns, scored, k_len, call.query.shape[-1]),
-        lambda: KernelPlan.of(columns, scored, k_len, call.query.shape[-1]),
+        ("kernel_plan", columns, scored, k_len, call.query.shape[-1], received),
+        lambda: KernelPlan.of(columns, scored, k_len, call.query.shape[-1], received=received),
     )
 
 
@@ -196,16 +197,19 @@ def _kernel_forward(
     norms = value_norms(module, call.value, call.query.shape[1]) if active.wants_value_norms else None
     norms = None if norms is None or heads is None else norms.index_select(1, heads)
     q_len = call.query.shape[2]
+    valid = active.valid_queries(site, dev).float() if RECEIVED in active.reads else None
     rows = chunk_rows(call, call.query.shape[1], active.options.memory_budget, causal=call.causal)
     for start in range(0, q_len, rows):
         stop = min(start + rows, q_len)
         visible = _shared_kernel_visible(active, call, start, stop)
         got = whole.chunk(start, stop, visible)
         lse, key_sums, score_sums = got.lse, got.key_sums, got.score_sums
+        received = None if valid is None else whole.received(start, stop, visible, valid[:, start:stop])
         if heads is not None:
             lse = lse.index_select(1, heads)
             key_sums = None if key_sums is None else key_sums.index_select(1, heads)
             score_sums = None if score_sums is None else score_sums.index_select(1, heads)
+            received = None if received is None else received.index_select(1, heads)
         active.emit(
             site,
             None,
@@ -219,6 +223,7 @@ def _kernel_forward(
             score_sums=score_sums,
             score_columns=scored,
             plan=KERNEL,
+            received=received,
         )
     return output
 

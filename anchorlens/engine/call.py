@@ -117,6 +117,16 @@ class KeySpan:
         torch.cumsum(columns[:, : self.key_count].to(torch.float64), 1, out=prefix[:, 1:])
         return (prefix[:, self.stop.to(columns.device)] - prefix[:, self.first.to(columns.device)])[:, None]
 
+    def key_counts(self, weights: torch.Tensor) -> torch.Tensor:
+        """[B, 1, K'] float64: for each key, the sum of the query weights ``weights`` [B, q] over the queries that see
+        it (a difference array over the spans, O(q + K') rather than the O(q·K') of summing a mask)."""
+        b = weights.shape[0]
+        edges = torch.zeros(b, self.key_count + 1, dtype=torch.float64, device=weights.device)
+        w = weights.to(torch.float64)
+        edges.index_add_(1, self.first.to(weights.device), w)
+        edges.index_add_(1, self.stop.to(weights.device), -w)
+        return edges[:, : self.key_count].cumsum(1)[:, None]
+
     def sees(self, keys: torch.Tensor) -> torch.Tensor:
         """[1, 1, q, N] bool: whether each query sees each of ``keys`` ([N] long key indices)."""
         keys = keys.to(self.first.device)[None, :]

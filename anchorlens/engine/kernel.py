@@ -11,7 +11,10 @@ What the built-in reducers read then costs (query i, key j, scores s_ij = scalin
   one more kernel pass with the columns as values (``P @ [C | 0]``, up to D columns per pass);
 - **score sums** (``score_sums``, [B, H, Q, S] = sum_j P_ij s_ij W_js, what an entropy needs:
   H_i = LSE_i - sum_j P_ij s_ij): sum_j P_ij s_ij = scaling * q_i . (P @ K)_i, one more kernel pass with the
-  keys as values; a weighted column from it and small sets as above.
+  keys as values; a weighted column from it and small sets as above;
+- **received mass** (``received``, [B, H, K] = sum_i w_i P_ij over a chunk's weighted queries, what a sink battery
+  ranks keys by): one more pass of the attention transposed, with each query's -LSE_i in an extra head dimension
+  (:meth:`KernelCall.received`).
 
 The kernel is PyTorch's CPU flash attention (``aten::_scaled_dot_product_flash_attention_for_cpu``, a private
 op wrapped here alone, behind :func:`kernel_available`), the kernel ``scaled_dot_product_attention`` itself runs
@@ -209,7 +212,7 @@ def _small_set_probs(
 class KernelPlan:
     """How one forward's calls compute the statistics asked for: the split of the wanted columns and the kernel
     passes it costs (1 for the output and log-sum-exp; more for columns that are neither small nor of small
-    complement, and for score sums). Depends only on the columns and the key count: shared by a forward's layers."""
+    complement, for score sums, and for the received mass per key). Depends only on the columns and the key count: shared by a forward's layers."""
 
     split: _Split | None
     key_count: int
@@ -217,13 +220,19 @@ class KernelPlan:
 
     @classmethod
     def of(
-        cls, key_columns: torch.Tensor | None, score_columns: torch.Tensor | None, key_count: int, width: int
+        cls,
+        key_columns: torch.Tensor | None,
+        score_columns: torch.Tensor | None,
+        key_count: int,
+        width: int,
+        *,
+        received: bool = False,
     ) -> KernelPlan:
         """The plan for ``key_columns`` [B, K, C] and ``score_columns`` [B, K, S] over ``key_count`` keys, head
-        width ``width``."""
+        width ``width``, and the received mass per key when ``received`` (one more pass: :meth:`KernelCall.received`)."""
         wanted = [c[:, :key_count].float() for c in (key_columns, score_columns) if c is not None]
         split = _Split.of(torch.cat(wanted, -1)) if wanted else None
-        passes = 1
+        passes = 2 if received else 1
         if split is not None:
             c = 0 if key_columns is None else key_columns.shape[-1]
             passes += -(-int(split.passes[:c].sum()) // width)  # up to D columns per pass
@@ -298,6 +307,50 @@ class KernelCall:
             passed = None if self._score_passed is None else self._score_passed[:, :, start:stop]
             score_sums = _sums(self._score_split, weighted, total, passed, lse.shape)
         return KernelChunk(lse, key_sums, score_sums)
+
+    def received(self, start: int, stop: int, visible: torch.Tensor | KeySpan, weights: torch.Tensor) -> torch.Tensor:
+        """[B, H, K'] float32: sum_i w_i p_ij, the mass each of the K' keys the chunk covers receives from queries
+        ``start:stop`` weighted by ``weights`` [B, q] (>= 0; the valid queries), in one more kernel pass.
+
+        The pass is the call's attention transposed, as FlashAttention's backward recomputes P from the log-sum-exp:
+        the keys ask, the queries answer, and each query's -LSE_i + log w_i rides in one extra head dimension
+        (queries' = [scaling * k_j, 1], keys' = [q_i, -LSE_i + log w_i], scale 1), so that the kernel's log-sum-exp
+        of row j is log sum_i w_i exp(s_ij - LSE_i). The call's mask, transposed, hides what it hides (a call without
+        a mask: reversing both orders turns the transposed causal triangle into the kernel's own)."""
+        kernel = self._kernel
+        if isinstance(visible, KeySpan):
+            k_len = visible.key_count
+            sees = (visible.stop > visible.first).view(1, 1, -1)
+            seen = visible.key_counts(weights * sees[0, 0].to(weights.dtype))  # [B, 1, K']
+        else:
+            k_len = visible.shape[-1]
+            sees = visible.any(-1)  # [B|1, 1, q]
+            seen = torch.matmul(weights[:, None, None, :].float(), visible.float())[:, :, 0]  # [B, 1, K']
+        weighted = (weights[:, None, :] > 0) & sees  # [B, 1, q]
+        bias = torch.where(weighted, weights[:, None, :].clamp_min(_TINY).log() - self._lse[:, :, start:stop, 0], _FAR)
+        askers = torch.nn.functional.pad(kernel.key[:, :, :k_len].float() * kernel.call.scaling, (0, 1), value=1.0)
+        answers = torch.cat([kernel.query[:, :, start:stop].float(), bias[..., None]], -1)  # [B, H, q, D + 1]
+        if kernel.mask is not None:
+            mask = kernel.mask[..., start:stop, :k_len].transpose(-1, -2).contiguous()  # [B|1, 1, K', q]
+            lse = _flash_lse(askers, answers, mask, causal=False)
+        elif kernel.causal:  # key j hears query i >= j: reversed, row j' hears the columns up to j'
+            lse = _flash_lse(askers.flip(2), answers.flip(2), None, causal=True).flip(-1)
+        else:
+            lse = _flash_lse(askers, answers, None, causal=False)
+        # a key no weighted query sees: the kernel's log-sum-exp of a hidden row is not -inf
+        return torch.where(seen > 0, lse.exp(), 0.0)
+
+
+_TINY = torch.finfo(torch.float32).tiny
+_FAR = -1e30  # a log weight that no score lifts back: exp(s + _FAR - max) is 0
+
+
+def _flash_lse(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+    """[B, H, L] the flash kernel's log-sum-exp of ``query`` [B, H, L, E] against ``key`` [B, H, S, E] at scale 1
+    (the keys stand in for values: only the normaliser is wanted)."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, key, 0.0, causal, attn_mask=mask, scale=1.0
+    )[1]
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,11 @@ class Observer(Protocol):
         """[B, K, S] weight columns whose score sums the observer reads at ``site``, or None."""
         ...
 
+    def valid_queries(self, site: Site, device: torch.device) -> torch.Tensor:
+        """[B, Q] bool: the call's queries that are real positions (not padding), whose received mass
+        (``received``) the engine sums."""
+        ...
+
     def scratch_buffer(self, name: str, numel: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A flat buffer of at least ``numel`` elements, reused by every call (``"logits"``, ``"probs"``,
         ``"value_columns"``: the engine's)."""
@@ -110,8 +115,9 @@ class Observer(Protocol):
         score_sums: torch.Tensor | None = None,
         score_columns: torch.Tensor | None = None,
         plan: str = "materialised",
+        received: torch.Tensor | None = None,
     ) -> None:
         """Receive probabilities [B, H, q, K'] of queries ``query_start:query_start+q`` and the first K' keys, with
         what the engine computed beside them (see :class:`~anchorlens.capture.event.AttentionEvent`); under the
-        kernel plan no probabilities (None), all queries at once, and ``log_norm`` always."""
+        kernel plan no probabilities (None), ``log_norm`` always, and ``received`` [B, H, K'] where the sink reads it."""
         ...

@@ -9,6 +9,9 @@ reducers' reads to the engine, which picks per call the cheapest plan that gives
 - ``key_sums`` [B, H, q, C]: probability sums over the sink's key columns (``key_columns``);
 - ``score_sums`` [B, H, q, S]: sum_j p_ij s_ij over the sink's score columns (``score_columns``), what an entropy
   needs with ``lse``;
+- ``received`` [B, H, K]: sum_i p_ij over the event's valid queries i, the mass each key receives (what a sink
+  battery ranks keys by); the kernel plan computes it in one more pass (the attention transposed), the
+  materialised plan sums ``probs``;
 - ``visible`` [B|1, H|1, q, K] bool: which keys each query can attend to after every edit;
 - ``value_norms`` [B, H, K]: ||v_j W_O^h||;
 - ``learned_sink`` [B, H, q]: the mass of a learned sink logit, where the module has one.
@@ -21,11 +24,12 @@ SCORES = "scores"
 LSE = "lse"
 KEY_SUMS = "key_sums"
 SCORE_SUMS = "score_sums"
+RECEIVED = "received"
 VISIBLE = "visible"
 VALUE_NORMS = "value_norms"
 LEARNED_SINK = "learned_sink"
 
-QUANTITIES = frozenset({PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, VISIBLE, VALUE_NORMS, LEARNED_SINK})
+QUANTITIES = frozenset({PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, RECEIVED, VISIBLE, VALUE_NORMS, LEARNED_SINK})
 # what a reader that declares no ``reads`` is given: everything but the value norms, which cost a projection per call
 # and need a module whose output is a projection of the concatenated heads (they are computed only when asked)
 UNDECLARED_READS = QUANTITIES - {VALUE_NORMS}

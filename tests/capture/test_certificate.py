@@ -241,6 +241,34 @@ def test_the_kernel_plan_is_certified_with_the_runs_reducers(tiny_base, padding)
     assert record["per_layer"] == record["plans"]["materialised"]["per_layer"] and record["exact"] is True
 
 
+@pytest.mark.parametrize("padding", ["left", "none"])
+def test_the_sink_batterys_received_mass_is_certified_under_the_kernel_plan(tiny_base, padding, monkeypatch):
+    """With the sink battery among the run's reducers the kernel capture computes the mass each key receives (one
+    transposed pass) and the certificate compares it, per valid query, with eager's column sums: within 1e-5; an
+    error of 1e-2 per query injected at one layer is found there."""
+    from anchorlens.analyses import default_reducers
+
+    base = tiny_base("tiny-llama")
+    batch = _unpadded_batch(base) if padding == "none" else rte_batch(base, padding)
+    reducers = default_reducers(extra=["sink_battery"])
+    kernel = certify(base, batch, reducers=reducers).kernel
+    assert kernel.compared == ("key_sums", "received", "score_sums")
+    assert kernel.max_abs_diff is not None and kernel.max_abs_diff <= 1e-5
+    original = CaptureSession.emit
+
+    def skewed(self, site, *args, **kwargs):
+        received = kwargs.get("received")
+        if received is not None and site.layer == 2:
+            valid = self.layout.layout(site.stack, site.layer).q.valid  # the call's queries: one chunk here
+            kwargs["received"] = received + 1e-2 * valid.sum(1).float()[:, None, None]
+        return original(self, site, *args, **kwargs)
+
+    monkeypatch.setattr(CaptureSession, "emit", skewed)
+    by_layer = {d.layer: d.max_abs_diff for d in certify(base, batch, reducers=reducers).kernel.per_layer}
+    assert by_layer[2] is not None and abs(by_layer[2] - 1e-2) < 1e-4, by_layer
+    assert all(d is not None and d <= 1e-5 for layer, d in by_layer.items() if layer != 2), by_layer
+
+
 def test_a_model_the_kernel_plan_refuses_records_why(tiny_base):
     """Gemma 2 soft-caps its scores: the forced kernel plan is refused, the record says so in the engine's one line,
     and the certificate stands on the materialised plan."""

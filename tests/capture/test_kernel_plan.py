@@ -96,9 +96,44 @@ def test_selected_heads_and_sites_agree_between_the_plans(tiny_base):
 
 def test_a_reducer_that_reads_the_maps_is_named_before_any_forward(tiny_base):
     base = tiny_base("tiny-llama")
-    sink = StreamSink([*default_reducers(), make_reducer("sink_battery")])
-    with pytest.raises(UsageError, match="^sink_battery reads probs, which the kernel plan does not compute"):
+    sink = StreamSink([*default_reducers(), make_reducer("value_mass")])
+    with pytest.raises(UsageError, match="^value_mass reads probs, which the kernel plan does not compute"):
         capture_batch(base, _batch(base, "right"), sink, need_logits=False, options=CaptureOptions(plan="kernel"))
+
+
+@pytest.mark.parametrize("name", [n for n in TINY_BASES if n not in REFUSED])
+@pytest.mark.parametrize("padding_side", ["left", "right"])
+def test_the_sink_battery_agrees_between_the_plans(tiny_base, name, padding_side):
+    """The mass each key receives, summed over the queries, comes from one transposed kernel pass under the kernel
+    plan: the sink battery's frame (top keys, their received mass, sink rates) equals the materialised plan's within
+    1e-5, also when the queries arrive in several chunks."""
+    base = tiny_base(name)
+    batch = _batch(base, padding_side)
+    for budget in (512 * 2**20, 4096):  # 4 KiB: a few queries per chunk
+        kernel = [make_reducer("sink_battery", eps=[0.1, 0.3], top=4)]
+        materialised = [make_reducer("sink_battery", eps=[0.1, 0.3], top=4)]
+        for reducers, plan in ((kernel, "kernel"), (materialised, "materialised")):
+            options = CaptureOptions(plan=plan, memory_budget=budget)
+            sink = StreamSink(reducers)
+            capture_batch(base, batch, sink, need_logits=False, options=options)
+            assert set(sink.plans.values()) == {plan}
+        _frames_agree(kernel, materialised, 1e-5)
+
+
+def test_a_long_unpadded_input_ranks_the_same_keys_under_both_plans(tiny_base):
+    """A call without a mask (one unpadded input: key spans, the reversed causal pass) in several query chunks: the
+    same top keys and received mass per query as the materialised plan."""
+    from anchorlens.tasks.bundled import bundled_examples
+    from anchorlens.tasks.registry import get_task
+
+    base = tiny_base("tiny-llama")
+    batch = base.encode([get_task("rte").template.render(bundled_examples("rte")[0])])
+    assert int(batch.attention_mask.min()) == 1  # no mask reaches the attention
+    kernel, materialised = [make_reducer("sink_battery", top=5)], [make_reducer("sink_battery", top=5)]
+    for reducers, plan in ((kernel, "kernel"), (materialised, "materialised")):
+        options = CaptureOptions(plan=plan, memory_budget=4096)
+        capture_batch(base, batch, StreamSink(reducers), need_logits=False, options=options)
+    assert _frames_agree(kernel, materialised, 1e-5) > 0.0  # compared values, not two empty frames
 
 
 def test_a_knockout_rules_the_kernel_plan_out_and_auto_materialises(tiny_base):
@@ -184,6 +219,40 @@ def test_kernel_sums_equal_eager_for_small_complement_and_pass_columns(causal):
     assert float((result.lse.squeeze(-1) - lse).abs()[sees.expand_as(lse)].max()) <= 1e-5
     rows = sees.squeeze(1)[:, :, None, None]  # [B, Q, 1, 1]: the output of a query that sees nothing is sdpa's
     assert float(torch.where(rows, (result.output.double() - out.transpose(1, 2)).abs(), 0.0).max()) <= 1e-5
+
+
+@pytest.mark.parametrize(("masked", "causal"), [(True, True), (True, False), (False, True), (False, False)])
+def test_received_mass_equals_eager_column_sums(masked, causal):
+    """The transposed pass: the mass each key receives from a chunk's weighted queries, sum_i w_i p_ij, equals eager
+    arithmetic in float64 within 1e-5 relative to the chunk's weight (grouped heads; with a mask: a padded example
+    whose padding queries see no key; without: the reversed causal pass, or every key), for every chunk of a call."""
+    from anchorlens.engine.call import KeySpan, trim_unseen_keys, visible_keys
+    from anchorlens.engine.kernel import KernelCall
+
+    g = torch.Generator().manual_seed(1)
+    b, h, kv, t, d = 2, 4, 2, 300, 8
+    q, k, v = (torch.randn(b, n, t, d, generator=g) * 2 for n in (h, kv, kv))
+    weights = torch.ones(b, t)
+    mask = None
+    if masked:
+        weights[1, :30] = 0.0  # left padding of the second example: its queries weigh nothing and see nothing
+        mask = weights.bool()[:, None, None, :].expand(b, 1, t, t).clone()
+        if causal:
+            mask &= torch.ones(t, t, dtype=torch.bool).tril()
+        mask[1, :, :30] = False
+    call = AttentionCall(q, k, v, mask, 0.3, causal and not masked, None, None, None, None)
+    whole = KernelCall(call)
+    full = mask if mask is not None else visible_keys(call, 0, t)[..., :t]
+    _, probs, _ = _eager(q, k, v, full, 0.3)
+    for start, stop in [(0, t), (0, 70), (70, 300), (299, 300)]:
+        span = KeySpan.of(call, start, stop)
+        visible = span if span is not None else trim_unseen_keys(visible_keys(call, start, stop))
+        got = whole.received(start, stop, visible, weights[:, start:stop])
+        want = (probs[:, :, start:stop] * weights[:, None, start:stop, None].double()).sum(2)
+        k_len = got.shape[-1]
+        assert float(want[..., k_len:].abs().sum()) == 0.0  # the keys after K' receive nothing
+        scale = max(1.0, float(weights[:, start:stop].sum(1).max()))
+        assert float((got - want[..., :k_len]).abs().max()) / scale <= 1e-5, (start, stop)
 
 
 def test_choose_plan_names_the_reader_the_quantity_and_the_site():

@@ -28,7 +28,7 @@ def _call(q_len: int, k_len: int, causal: bool, window: int | None) -> Attention
 )
 def test_a_span_is_the_trimmed_mask(q_len, k_len, causal, window):
     """For every chunk of a call without a mask, the span's dense form is exactly the trimmed visible mask, and its
-    prefix-sum counts equal summing weights under that mask."""
+    prefix-sum counts equal summing weights under that mask, per query (``counts``) and per key (``key_counts``)."""
     call = _call(q_len, k_len, causal, window)
     weights = torch.rand(2, k_len, 3, generator=torch.Generator().manual_seed(q_len * k_len))
     for start, stop in [(0, q_len), (0, max(1, q_len // 2)), (q_len // 2, q_len)]:
@@ -41,6 +41,9 @@ def test_a_span_is_the_trimmed_mask(q_len, k_len, causal, window):
         assert span.key_count == expected.shape[-1]
         dense_counts = torch.matmul(expected.double(), weights[:, None, : span.key_count].double())
         assert torch.allclose(span.counts(weights), dense_counts, atol=1e-12)
+        queries = torch.rand(2, stop - start, generator=torch.Generator().manual_seed(start))
+        received = torch.matmul(queries[:, None, None, :].double(), expected.double()).squeeze(2)
+        assert torch.allclose(span.key_counts(queries), received, atol=1e-12)
         keys = torch.tensor([0, span.key_count - 1])
         assert torch.equal(span.sees(keys), expected[..., keys])
 
