@@ -14,7 +14,7 @@ from anchorlens.analyses.shared import columns_of_layout, score_columns_of_layou
 from anchorlens.analyses.stage import QueryStage, Stager
 from anchorlens.analyses.table import SiteSums, SiteTable
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.engine.quantities import KEY_SUMS, PROBS, SCORE_SUMS, SCORES, VISIBLE
+from anchorlens.engine.quantities import KEY_SUMS, PROBS, SCORE_SUMS, SCORES, VALUE_SUMS, VISIBLE
 from anchorlens.errors import UsageError
 from anchorlens.roles.layout import Layout
 from anchorlens.roles.table import BUILTIN_ROLES, RoleTable
@@ -123,7 +123,7 @@ class SiteReducer:
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, C] key columns whose probability sums ``_per_query`` reads (:func:`column_mass`), for the capture
         to compute with the output; None when it reads none (then the capture does not compute them for it)."""
-        return columns_of_layout(layout, device, dtype) if KEY_SUMS in self.reads else None
+        return columns_of_layout(layout, device, dtype) if self.reads & {KEY_SUMS, VALUE_SUMS} else None
 
     def score_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, S] weight columns whose score sums ``_per_query`` reads (:func:`column_plogp`), for the capture to

@@ -28,10 +28,17 @@ from anchorlens.analyses.base import SiteReducer, mean_of, with_all
 from anchorlens.analyses.frames import NO_ROLE
 from anchorlens.analyses.registry import register_reducer
 from anchorlens.analyses.rows import Rows, long_rows
-from anchorlens.analyses.shared import FIRST_KEY, SINK_KEY, VALID_KEY, key_columns, role_columns
+from anchorlens.analyses.shared import (
+    FIRST_KEY,
+    SINK_KEY,
+    VALID_KEY,
+    key_columns,
+    layout_key_columns,
+    role_columns,
+)
 from anchorlens.analyses.stage import QueryStage
 from anchorlens.capture.event import AttentionEvent
-from anchorlens.engine.quantities import PROBS, VALUE_NORMS, VISIBLE
+from anchorlens.engine.quantities import VALUE_NORMS, VALUE_SUMS, VISIBLE
 from anchorlens.errors import UsageError
 
 NORM_MASS = "norm_mass"
@@ -50,7 +57,8 @@ class ValueMassReducer(SiteReducer):
     """
 
     name = "value_mass"
-    reads = frozenset({PROBS, VISIBLE, VALUE_NORMS})
+    # the key columns weighted by the value norms: the kernel plan sums them without the probabilities
+    reads = frozenset({VALUE_SUMS, VALUE_NORMS, VISIBLE})
 
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         """sum: [R, 2, P + 1] with P = R + 2; count: [R]."""
@@ -68,13 +76,17 @@ class ValueMassReducer(SiteReducer):
                 "value_mass needs the capture's value norms: run it through a capture (stream_statistics), "
                 "which computes them when a reducer asks"
             )
-        probs = event.probabilities(self.name)
-        b, h, q, k = probs.shape
-        columns = key_columns(event)  # [B, K', C]
         roles = role_columns(self.num_roles)  # the role one-hots (not the field groups after them)
         parts = [*range(roles.start, roles.stop), FIRST_KEY, SINK_KEY, VALID_KEY]
-        weighted = event.value_norms[..., :k, None].to(probs.dtype) * columns[:, None, :, parts]  # [B, H, K', P+1]
-        mass = torch.matmul(probs, weighted)  # [B, H, q, P + 1]: one pass over the probabilities
+        summed = event.value_sums_over(layout_key_columns(event))  # [B, H, q, C]: the kernel plan's
+        if summed is not None:
+            mass = summed[..., parts]
+        else:
+            probs = event.probabilities(self.name)
+            columns = key_columns(event)  # [B, K', C]
+            k = probs.shape[-1]
+            weighted = event.value_norms[..., :k, None].to(probs.dtype) * columns[:, None, :, parts]  # [B, H, K', P+1]
+            mass = torch.matmul(probs, weighted)  # [B, H, q, P + 1]: one pass over the probabilities
         total = mass[..., -1:]
         share = torch.where(total > 0, mass / total.clamp_min(torch.finfo(mass.dtype).tiny), 0.0)
         return (torch.cat([mass, share], -1),)

@@ -31,7 +31,7 @@ from anchorlens.capture.run import CaptureTarget, capture_batch
 from anchorlens.capture.selection import Selection
 from anchorlens.capture.sinks import StreamSink
 from anchorlens.engine.plan import KERNEL, MATERIALISED
-from anchorlens.engine.quantities import KERNEL_QUANTITIES, KEY_SUMS, RECEIVED, SCORE_SUMS
+from anchorlens.engine.quantities import KERNEL_QUANTITIES, KEY_SUMS, RECEIVED, SCORE_SUMS, VALUE_SUMS
 from anchorlens.errors import UsageError
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.layout import Layout
@@ -91,7 +91,7 @@ class PlanCheck(_PerLayer):
     per_layer: the largest |captured - eager| over the compared quantities at each site; compared: which quantities
     (``key_sums``: P @ C over the key columns the reducers ask for; ``score_sums``: sum_j p log p over their score
     columns, from the captured score sums and log normaliser; ``received``: the mass each key receives, per valid
-    query); unavailable: the one line the forced kernel plan was
+    query; ``value_sums``: the key sums weighted by the value norms); unavailable: the one line the forced kernel plan was
     refused with (the module or the inputs rule it out); not_applicable: why it was not run (the reducers read what
     the kernel plan does not compute, none were given, or the run asks for the materialised plan).
     """
@@ -293,9 +293,10 @@ def _learned_sink_diff(captured: torch.Tensor, sink: torch.Tensor, ref: torch.Te
 class _KernelCompareSink(_SiteDiffs):
     """A sink that compares the kernel plan's statistics with the eager reference as they arrive (one float per site).
 
-    It asks for what the run's reducers ask for (``reads``, ``readers``, ``key_columns``, ``score_columns`` and
-    ``column_parts`` are a :class:`~anchorlens.capture.sinks.StreamSink`'s of them: the very column tensors the run's
-    reducers return), so the engine computes what it computes in the run, and updates none of them.
+    It asks for what the run's reducers ask for (``reads``, ``readers``, ``wants_value_norms``, ``key_columns``,
+    ``score_columns`` and ``column_parts`` are a :class:`~anchorlens.capture.sinks.StreamSink`'s of them: the very
+    column tensors the run's reducers return), so the engine computes what it computes in the run, and updates none
+    of them.
     """
 
     def __init__(self, reference: Mapping[str, Mapping[int, torch.Tensor]], reducers: Sequence[Reducer]) -> None:
@@ -311,6 +312,11 @@ class _KernelCompareSink(_SiteDiffs):
     def readers(self, quantity: str) -> list[str]:
         """The names of the run's reducers that read ``quantity``."""
         return self.stream.readers(quantity)
+
+    @property
+    def wants_value_norms(self) -> bool:
+        """Whether the run's reducers read the value norms (then the engine computes them, and the value sums)."""
+        return self.stream.wants_value_norms
 
     def key_columns(self, layout: Layout, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
         """[B, K, C] the reducers' key columns (:meth:`StreamSink.key_columns`)."""
@@ -337,7 +343,8 @@ def _kernel_diff(event: AttentionEvent, ref_site: torch.Tensor, compared: set[st
     [B, H, q, C] against P_ref @ C (C: the event's ``key_columns`` [B, K, C] over those keys), and for the score
     columns W [B, K, S] the captured ``score_sums - log_norm * (P_ref @ W)`` against sum_j P_ref log P_ref W
     (0 log 0 = 0), over the valid query rows that see at least one key; ``received`` [B, H, K'] against the column
-    sums of P_ref over the valid queries, per valid query (the sink battery's alpha). Adds the names of the quantities compared to
+    sums of P_ref over the valid queries, per valid query (the sink battery's alpha); ``value_sums`` against
+    P_ref @ (n^h * C) with the event's value norms n. Adds the names of the quantities compared to
     ``compared``; inf when the event's geometry differs from eager's."""
     b, h, q_len, k_len = event.shape
     q = slice(event.query_start, event.query_start + q_len)
@@ -366,6 +373,11 @@ def _kernel_diff(event: AttentionEvent, ref_site: torch.Tensor, compared: set[st
         expected = torch.matmul(torch.xlogy(ref, ref), weights)
         diff = max(diff, float(((captured - expected).abs() * rows).max()))
         compared.add(SCORE_SUMS)
+    if event.value_sums is not None and event.key_columns is not None and event.value_norms is not None:
+        norms = event.value_norms[..., :k_len, None].to(ref.dtype)  # [B, H, K', 1]
+        expected = torch.matmul(ref, event.key_columns[:, None, :k_len].to(ref.dtype) * norms)  # [B, H, q, C]
+        diff = max(diff, float(((event.value_sums - expected).abs() * rows).max()))
+        compared.add(VALUE_SUMS)
     if event.received is not None:
         valid = event.layout.q.valid.to(ref.device).to(ref.dtype)  # [B, q]
         expected = torch.matmul(valid[:, None, None, :], ref).squeeze(2)  # [B, H, K']

@@ -44,7 +44,9 @@ class AttentionEvent:
     ([B, K, S], the tensor the sink's ``score_columns`` returned; compare by identity): with ``log_norm`` they give
     sum p log p over those keys without the probabilities (an entropy). received: [B, H, K'] float32 or None, the
     mass each key receives from the event's valid queries, where the kernel plan computed it (read
-    :meth:`received_mass`, which sums ``probs`` otherwise). plan: which of the engine's plans computed
+    :meth:`received_mass`, which sums ``probs`` otherwise). value_sums: [B, H, q, C] float32 or None, sum_j p_ij C_jc
+    n_j^h over ``key_columns`` weighted by the value norms, where the kernel plan computed them (read
+    :meth:`value_sums_over`). plan: which of the engine's plans computed
     the event: ``"materialised"`` (probabilities in float32 chunks, ``probs`` and ``scores`` set) or ``"kernel"``
     (a fused kernel and its log-sum-exp, :mod:`anchorlens.engine.kernel`: ``probs`` and ``scores`` None, the
     quantities the sink reads set: ``log_norm``, ``key_sums``, ``score_sums``, ``visible``).
@@ -84,6 +86,7 @@ class AttentionEvent:
     score_parts: tuple[tuple[torch.Tensor, int], ...] = ()
     key_span: KeySpan | None = None
     received: torch.Tensor | None = None
+    value_sums: torch.Tensor | None = None
     cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -136,6 +139,11 @@ class AttentionEvent:
         probabilities). Where several reducers asked for different columns the engine summed them side by side
         (``key_parts``), and each finds its own here."""
         return _part(self.key_sums, self.key_columns, self.key_parts, columns)
+
+    def value_sums_over(self, columns: torch.Tensor) -> torch.Tensor | None:
+        """[B, H, q, C] this event's ``value_sums`` over exactly ``columns`` (as :meth:`sums_over`), or None (then
+        weigh the probabilities: ``probs @ (value_norms * columns)``)."""
+        return _part(self.value_sums, self.key_columns, self.key_parts, columns)
 
     def score_sums_over(self, columns: torch.Tensor) -> torch.Tensor | None:
         """[B, H, q, S] this event's ``score_sums`` over exactly ``columns`` (as :meth:`sums_over`), or None."""

@@ -179,6 +179,7 @@ class CaptureSession:
         score_columns: torch.Tensor | None = None,
         plan: str = "materialised",
         received: torch.Tensor | None = None,
+        value_sums: torch.Tensor | None = None,
     ) -> None:
         """Build the event for ``probs`` [B, H, q, K'] (queries ``query_start:query_start+q``, the first K' keys;
         None under the kernel plan, whose ``log_norm`` [B, H, q, 1] then gives the shape)
@@ -186,7 +187,8 @@ class CaptureSession:
         :meth:`key_columns`), when the capture computed them. ``learned_sink``: [B, H, q], the mass of a learned
         sink logit (gpt-oss), when the site has one. ``value_norms``: [B, H, K] ||v_j W_O^h||, when the sink asks for
         them (:attr:`wants_value_norms`). ``received``: [B, H, K'] the mass each key receives from the valid queries,
-        when the kernel plan computed it (the sink reads it)."""
+        and ``value_sums`` [B, H, q, C] the key sums weighted by the value norms, when the kernel plan computed them
+        (the sink reads them)."""
         shaped = probs if probs is not None else log_norm
         assert shaped is not None, "an event without probabilities carries its log normaliser"
         heads = self._event_heads(shaped.shape[1], shaped.device)
@@ -225,6 +227,7 @@ class CaptureSession:
                 score_columns=score_columns,
                 plan=plan,
                 received=received,
+                value_sums=value_sums,
                 key_parts=self._column_parts(key_columns),
                 score_parts=self._column_parts(score_columns),
                 key_span=span,

@@ -56,7 +56,7 @@ from anchorlens.engine.output import (
 )
 from anchorlens.engine.plan import KERNEL, choose_plan
 from anchorlens.engine.probs import chunk_probs, edited_visibility, learned_sink_mass
-from anchorlens.engine.quantities import KEY_SUMS, RECEIVED, SCORE_SUMS
+from anchorlens.engine.quantities import KEY_SUMS, RECEIVED, SCORE_SUMS, VALUE_SUMS
 from anchorlens.engine.value_norms import value_norms
 from anchorlens.models.adapters.site import Site
 
@@ -145,10 +145,10 @@ def _kernel_plan(active: Observer, site: Site, call: AttentionCall) -> KernelPla
     dev, k_len = call.query.device, call.key.shape[2]
     columns = active.key_columns(site, dev, torch.float32)
     scored = active.score_columns(site, dev, torch.float32)
-    received = RECEIVED in active.reads
+    received, weighed = RECEIVED in active.reads, VALUE_SUMS in active.reads
     return active.shared.get(
-        ("kernel_plan", columns, scored, k_len, call.query.shape[-1], received),
-        lambda: KernelPlan.of(columns, scored, k_len, call.query.shape[-1], received=received),
+        ("kernel_plan", columns, scored, k_len, call.query.shape[-1], received, weighed),
+        lambda: KernelPlan.of(columns, scored, k_len, call.query.shape[-1], received=received, value_sums=weighed),
     )
 
 
@@ -160,8 +160,10 @@ def _kernel_refusal(
     if why is not None:
         return why
     dev, k_len = call.query.device, call.key.shape[2]
+    keyed = active.key_columns(site, dev, torch.float32)
     for quantity, columns in (
-        (KEY_SUMS, active.key_columns(site, dev, torch.float32)),
+        (KEY_SUMS, keyed),
+        (VALUE_SUMS, keyed),
         (SCORE_SUMS, active.score_columns(site, dev, torch.float32)),
     ):
         if columns is None and quantity in active.reads:  # the readers ask for different columns
@@ -195,7 +197,9 @@ def _kernel_forward(
     strict = active.options.mode != "fast"  # strict: sdpa's own output, bit for bit
     output = _sdpa_output(module, call, dropout, is_causal, kwargs) if strict else whole.output
     norms = value_norms(module, call.value, call.query.shape[1]) if active.wants_value_norms else None
-    norms = None if norms is None or heads is None else norms.index_select(1, heads)
+    if norms is not None and VALUE_SUMS in active.reads:
+        whole.weigh_values(norms)
+    norms = norms if norms is None or heads is None else norms.index_select(1, heads)
     q_len = call.query.shape[2]
     valid = active.valid_queries(site, dev).float() if RECEIVED in active.reads else None
     rows = chunk_rows(call, call.query.shape[1], active.options.memory_budget, causal=call.causal)
@@ -205,7 +209,9 @@ def _kernel_forward(
         got = whole.chunk(start, stop, visible)
         lse, key_sums, score_sums = got.lse, got.key_sums, got.score_sums
         received = None if valid is None else whole.received(start, stop, visible, valid[:, start:stop])
+        value_sums = got.value_sums
         if heads is not None:
+            value_sums = None if value_sums is None else value_sums.index_select(1, heads)
             lse = lse.index_select(1, heads)
             key_sums = None if key_sums is None else key_sums.index_select(1, heads)
             score_sums = None if score_sums is None else score_sums.index_select(1, heads)
@@ -224,6 +230,7 @@ def _kernel_forward(
             score_columns=scored,
             plan=KERNEL,
             received=received,
+            value_sums=value_sums,
         )
     return output
 

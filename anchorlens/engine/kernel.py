@@ -113,12 +113,13 @@ class _Kernel:
         return (self.attend(keys)[0].float() * self.query.float()).sum(-1, keepdim=True) * self.call.scaling
 
     def columns_pass(self, columns: torch.Tensor) -> torch.Tensor:
-        """P @ columns: [B, K, C] float32 -> [B, H, Q, C], in passes of up to D columns."""
+        """P @ columns: [B, K, C] or per head [B, H, K, C] float32 -> [B, H, Q, C], in passes of up to D columns."""
+        per_head = columns if columns.dim() == 4 else columns[:, None]
         parts = []
         for start in range(0, columns.shape[-1], self.width):
-            part = columns[..., start : start + self.width]
+            part = per_head[..., start : start + self.width]
             padded = torch.nn.functional.pad(part, (0, self.width - part.shape[-1]))
-            parts.append(self.attend(padded[:, None])[0][..., : part.shape[-1]])
+            parts.append(self.attend(padded)[0][..., : part.shape[-1]])
         return torch.cat(parts, -1)
 
 
@@ -227,15 +228,20 @@ class KernelPlan:
         width: int,
         *,
         received: bool = False,
+        value_sums: bool = False,
     ) -> KernelPlan:
         """The plan for ``key_columns`` [B, K, C] and ``score_columns`` [B, K, S] over ``key_count`` keys, head
-        width ``width``, and the received mass per key when ``received`` (one more pass: :meth:`KernelCall.received`)."""
+        width ``width``, the received mass per key when ``received`` (one more pass: :meth:`KernelCall.received`),
+        and the key columns weighted by the value norms when ``value_sums`` (:meth:`KernelCall.weigh_values`)."""
         wanted = [c[:, :key_count].float() for c in (key_columns, score_columns) if c is not None]
         split = _Split.of(torch.cat(wanted, -1)) if wanted else None
         passes = 2 if received else 1
         if split is not None:
             c = 0 if key_columns is None else key_columns.shape[-1]
             passes += -(-int(split.passes[:c].sum()) // width)  # up to D columns per pass
+            if value_sums and key_columns is not None:  # weighted per head: only columns summed key by key skip a pass
+                weighed = split.passes[:c] | split.is_complement[:c]
+                passes += -(-int(weighed.sum()) // width)
             if score_columns is not None:
                 passes += 1 + int(split.passes[c:].sum())  # the total, then one pass per weighted column
         return cls(split, key_count, passes)
@@ -271,6 +277,8 @@ class KernelCall:
         split, c = self.plan.split, 0 if key_columns is None else key_columns.shape[-1]
         self._key_split = None if split is None or key_columns is None else _take(split, 0, c)
         self._score_split = None if split is None or score_columns is None else _take(split, c, None)
+        self._norms: torch.Tensor | None = None  # [B, H, K] value norms, when :meth:`weigh_values` asked for them
+        self._value_passed: torch.Tensor | None = None
         self._key_passed = None  # [B, H, Q, C_pass]: the columns that need a pass, for all queries
         if self._columns is not None and self._key_split is not None and self._key_split.passes.any():
             index = self._key_split.passes.nonzero().squeeze(1)
@@ -284,6 +292,43 @@ class KernelCall:
                 picked = self._scored.index_select(-1, index)  # [B, K, n]: P @ (K * w) per weighted column
                 weighted = [kernel.key * picked[:, None, :, i, None].to(kernel.key.dtype) for i in range(len(index))]
                 self._score_passed = torch.stack([kernel.score_pass(keys)[..., 0] for keys in weighted], -1)
+
+    def weigh_values(self, norms: torch.Tensor) -> None:
+        """Make :meth:`chunk` give ``value_sums`` [B, H, q, C] = sum_j p_ij C_jc n_j^h, the key columns weighted by
+        ``norms`` [B, H, K] (||v_j W_O^h||, one per head and key): exact key by key on the small set; every other
+        column (a complement or a dense column: the weights are not 0/1 any more) in kernel passes of per-head
+        columns, for all queries at once."""
+        split = self._key_split
+        if self._columns is None or split is None:
+            raise ValueError("value sums weigh the key columns: give the call key columns")
+        k_len = self._columns.shape[1]
+        self._norms = norms[..., :k_len].float()
+        direct = self._direct_columns()
+        self._value_passed = None  # [B, H, Q, C_pass]
+        if (~direct).any():
+            index = (~direct).nonzero().squeeze(1)
+            weighted = self._columns.index_select(-1, index)[:, None] * self._norms[..., None]  # [B, H, K, n]
+            self._value_passed = self._kernel.columns_pass(weighted)
+
+    def _direct_columns(self) -> torch.Tensor:
+        """[C] bool: the key columns summed key by key on the small set (neither a complement nor a pass)."""
+        assert self._key_split is not None
+        return ~(self._key_split.passes | self._key_split.is_complement)
+
+    def _value_sums(self, small: torch.Tensor | None, start: int, stop: int, shape: torch.Size) -> torch.Tensor:
+        """[B, H, q, C] the value-weighted key sums of queries ``start:stop`` (:meth:`weigh_values`); small: [B, H,
+        q, N] the chunk's probabilities on the small set."""
+        split = self._key_split
+        assert split is not None and self._norms is not None
+        b, h, q = shape[0], shape[1], shape[2]
+        out = torch.zeros(b, h, q, split.passes.shape[0], dtype=torch.float32, device=self._norms.device)
+        direct = self._direct_columns()
+        if small is not None and direct.any():
+            at = self._norms.index_select(-1, split.small)[..., None] * split.direct[:, None]  # [B, H, N, C]
+            out = out + torch.where(direct, torch.matmul(small, at), 0.0)
+        if self._value_passed is not None:
+            out = out.index_copy(-1, (~direct).nonzero().squeeze(1), self._value_passed[:, :, start:stop].float())
+        return out
 
     def chunk(self, start: int, stop: int, visible: torch.Tensor | KeySpan) -> KernelChunk:
         """The statistics of queries ``start:stop``; visible: [B|1, 1, q, K'] bool, the keys each of them sees
@@ -306,7 +351,10 @@ class KernelCall:
             weighted = None if small is None or small_scores is None else small * small_scores
             passed = None if self._score_passed is None else self._score_passed[:, :, start:stop]
             score_sums = _sums(self._score_split, weighted, total, passed, lse.shape)
-        return KernelChunk(lse, key_sums, score_sums)
+        value_sums = None
+        if self._norms is not None:
+            value_sums = self._value_sums(small, start, stop, lse.shape)
+        return KernelChunk(lse, key_sums, score_sums, value_sums)
 
     def received(self, start: int, stop: int, visible: torch.Tensor | KeySpan, weights: torch.Tensor) -> torch.Tensor:
         """[B, H, K'] float32: sum_i w_i p_ij, the mass each of the K' keys the chunk covers receives from queries
@@ -356,11 +404,12 @@ def _flash_lse(query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None
 @dataclass(frozen=True)
 class KernelChunk:
     """The statistics of one chunk of q queries: lse [B, H, q, 1], key_sums [B, H, q, C] or None, score_sums
-    [B, H, q, S] or None (float32)."""
+    [B, H, q, S] or None, value_sums [B, H, q, C] or None (float32)."""
 
     lse: torch.Tensor
     key_sums: torch.Tensor | None
     score_sums: torch.Tensor | None
+    value_sums: torch.Tensor | None = None
 
 
 def kernel_attention(

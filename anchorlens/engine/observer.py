@@ -116,8 +116,9 @@ class Observer(Protocol):
         score_columns: torch.Tensor | None = None,
         plan: str = "materialised",
         received: torch.Tensor | None = None,
+        value_sums: torch.Tensor | None = None,
     ) -> None:
         """Receive probabilities [B, H, q, K'] of queries ``query_start:query_start+q`` and the first K' keys, with
         what the engine computed beside them (see :class:`~anchorlens.capture.event.AttentionEvent`); under the
-        kernel plan no probabilities (None), ``log_norm`` always, and ``received`` [B, H, K'] where the sink reads it."""
+        kernel plan no probabilities (None), ``log_norm`` always, and ``received`` [B, H, K'] and ``value_sums`` [B, H, q, C] where the sink reads them."""
         ...

@@ -14,6 +14,9 @@ reducers' reads to the engine, which picks per call the cheapest plan that gives
   materialised plan sums ``probs``;
 - ``visible`` [B|1, H|1, q, K] bool: which keys each query can attend to after every edit;
 - ``value_norms`` [B, H, K]: ||v_j W_O^h||;
+- ``value_sums`` [B, H, q, C]: sum_j p_ij C_jc ||v_j W_O^h|| over the sink's key columns, the norm-based
+  (value-aware) mass (with ``value_norms``); the kernel plan computes it in passes of per-head columns, the
+  materialised plan from ``probs``;
 - ``learned_sink`` [B, H, q]: the mass of a learned sink logit, where the module has one.
 """
 
@@ -27,12 +30,16 @@ SCORE_SUMS = "score_sums"
 RECEIVED = "received"
 VISIBLE = "visible"
 VALUE_NORMS = "value_norms"
+VALUE_SUMS = "value_sums"
 LEARNED_SINK = "learned_sink"
 
-QUANTITIES = frozenset({PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, RECEIVED, VISIBLE, VALUE_NORMS, LEARNED_SINK})
-# what a reader that declares no ``reads`` is given: everything but the value norms, which cost a projection per call
+QUANTITIES = frozenset(
+    {PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, RECEIVED, VISIBLE, VALUE_NORMS, VALUE_SUMS, LEARNED_SINK}
+)
+# what a reader that declares no ``reads`` is given: everything but the value norms (and the sums weighted by them),
+# which cost a projection per call
 # and need a module whose output is a projection of the concatenated heads (they are computed only when asked)
-UNDECLARED_READS = QUANTITIES - {VALUE_NORMS}
+UNDECLARED_READS = QUANTITIES - {VALUE_NORMS, VALUE_SUMS}
 # the materialised plan computes every quantity
 MATERIALISED_QUANTITIES = QUANTITIES
 # the kernel plan all but the maps themselves; it runs only where a module has no learned sink, so there the

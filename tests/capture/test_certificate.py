@@ -242,17 +242,18 @@ def test_the_kernel_plan_is_certified_with_the_runs_reducers(tiny_base, padding)
 
 
 @pytest.mark.parametrize("padding", ["left", "none"])
-def test_the_sink_batterys_received_mass_is_certified_under_the_kernel_plan(tiny_base, padding, monkeypatch):
-    """With the sink battery among the run's reducers the kernel capture computes the mass each key receives (one
-    transposed pass) and the certificate compares it, per valid query, with eager's column sums: within 1e-5; an
-    error of 1e-2 per query injected at one layer is found there."""
+def test_the_evidence_reducers_are_certified_under_the_kernel_plan(tiny_base, padding, monkeypatch):
+    """With the sink battery and value mass among the run's reducers the kernel capture computes the mass each key
+    receives (one transposed pass) and the value-weighted key sums, and the certificate compares them with eager's
+    column sums (per valid query) and P @ (n * C): within 1e-5; an error of 1e-2 per query injected into the received
+    mass at one layer is found there."""
     from anchorlens.analyses import default_reducers
 
     base = tiny_base("tiny-llama")
     batch = _unpadded_batch(base) if padding == "none" else rte_batch(base, padding)
-    reducers = default_reducers(extra=["sink_battery"])
+    reducers = default_reducers(extra=["sink_battery", "value_mass"])
     kernel = certify(base, batch, reducers=reducers).kernel
-    assert kernel.compared == ("key_sums", "received", "score_sums")
+    assert kernel.compared == ("key_sums", "received", "score_sums", "value_sums")
     assert kernel.max_abs_diff is not None and kernel.max_abs_diff <= 1e-5
     original = CaptureSession.emit
 

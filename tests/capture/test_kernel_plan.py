@@ -96,44 +96,65 @@ def test_selected_heads_and_sites_agree_between_the_plans(tiny_base):
 
 def test_a_reducer_that_reads_the_maps_is_named_before_any_forward(tiny_base):
     base = tiny_base("tiny-llama")
-    sink = StreamSink([*default_reducers(), make_reducer("value_mass")])
-    with pytest.raises(UsageError, match="^value_mass reads probs, which the kernel plan does not compute"):
+    sink = StreamSink([*default_reducers(), make_reducer("first_token", anchor_position=2)])
+    with pytest.raises(UsageError, match="^first_token reads probs, which the kernel plan does not compute"):
         capture_batch(base, _batch(base, "right"), sink, need_logits=False, options=CaptureOptions(plan="kernel"))
 
 
 @pytest.mark.parametrize("name", [n for n in TINY_BASES if n not in REFUSED])
 @pytest.mark.parametrize("padding_side", ["left", "right"])
-def test_the_sink_battery_agrees_between_the_plans(tiny_base, name, padding_side):
+def test_the_evidence_reducers_agree_between_the_plans(tiny_base, name, padding_side):
     """The mass each key receives, summed over the queries, comes from one transposed kernel pass under the kernel
-    plan: the sink battery's frame (top keys, their received mass, sink rates) equals the materialised plan's within
-    1e-5, also when the queries arrive in several chunks."""
+    plan, and the value-weighted key sums from passes of per-head columns: the sink battery's frame (top keys, their
+    received mass, sink rates) and value mass's (norm mass, share, total) equal the materialised plan's within 1e-5,
+    beside the default reducers, also when the queries arrive in several chunks. A module whose output cannot be
+    decomposed per head is refused in the same line under both plans."""
     base = tiny_base(name)
     batch = _batch(base, padding_side)
+
+    def evidence():
+        return default_reducers(extra={"sink_battery": {"eps": [0.1, 0.3], "top": 4}, "value_mass": {}})
+
     for budget in (512 * 2**20, 4096):  # 4 KiB: a few queries per chunk
-        kernel = [make_reducer("sink_battery", eps=[0.1, 0.3], top=4)]
-        materialised = [make_reducer("sink_battery", eps=[0.1, 0.3], top=4)]
+        kernel, materialised = evidence(), evidence()
+        errors = []
         for reducers, plan in ((kernel, "kernel"), (materialised, "materialised")):
             options = CaptureOptions(plan=plan, memory_budget=budget)
             sink = StreamSink(reducers)
-            capture_batch(base, batch, sink, need_logits=False, options=options)
+            try:
+                capture_batch(base, batch, sink, need_logits=False, options=options)
+            except UsageError as err:
+                errors.append(str(err))
+                continue
             assert set(sink.plans.values()) == {plan}
+        if errors:
+            assert len(errors) == 2 and errors[0] == errors[1] and "value" in errors[0], errors
+            return
         _frames_agree(kernel, materialised, 1e-5)
 
 
-def test_a_long_unpadded_input_ranks_the_same_keys_under_both_plans(tiny_base):
+@pytest.mark.parametrize("small_set", [SMALL_SET_KEYS, 8])
+def test_an_unpadded_input_gives_the_same_evidence_under_both_plans(tiny_base, monkeypatch, small_set):
     """A call without a mask (one unpadded input: key spans, the reversed causal pass) in several query chunks: the
-    same top keys and received mass per query as the materialised plan."""
+    same top keys, received mass and value mass as the materialised plan; with a small-set limit of 8 keys the
+    large key sets (content, every key) and their value-weighted sums take kernel passes."""
+    from anchorlens.engine import kernel as kernel_module
     from anchorlens.tasks.bundled import bundled_examples
     from anchorlens.tasks.registry import get_task
 
+    monkeypatch.setattr(kernel_module, "SMALL_SET_KEYS", small_set)
     base = tiny_base("tiny-llama")
     batch = base.encode([get_task("rte").template.render(bundled_examples("rte")[0])])
     assert int(batch.attention_mask.min()) == 1  # no mask reaches the attention
-    kernel, materialised = [make_reducer("sink_battery", top=5)], [make_reducer("sink_battery", top=5)]
+
+    def evidence():
+        return default_reducers(extra={"sink_battery": {"top": 5}, "value_mass": {}})
+
+    kernel, materialised = evidence(), evidence()
     for reducers, plan in ((kernel, "kernel"), (materialised, "materialised")):
         options = CaptureOptions(plan=plan, memory_budget=4096)
         capture_batch(base, batch, StreamSink(reducers), need_logits=False, options=options)
-    assert _frames_agree(kernel, materialised, 1e-5) > 0.0  # compared values, not two empty frames
+    assert _frames_agree(kernel, materialised, 1e-5) > 0.0  # compared values, not empty frames
 
 
 def test_a_knockout_rules_the_kernel_plan_out_and_auto_materialises(tiny_base):
@@ -219,6 +240,45 @@ def test_kernel_sums_equal_eager_for_small_complement_and_pass_columns(causal):
     assert float((result.lse.squeeze(-1) - lse).abs()[sees.expand_as(lse)].max()) <= 1e-5
     rows = sees.squeeze(1)[:, :, None, None]  # [B, Q, 1, 1]: the output of a query that sees nothing is sdpa's
     assert float(torch.where(rows, (result.output.double() - out.transpose(1, 2)).abs(), 0.0).max()) <= 1e-5
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_value_weighted_sums_equal_eager(causal):
+    """Key columns of every kind weighted per head by value norms (small sets key by key, complements and dense
+    columns in passes of per-head columns) equal eager's P @ (n^h * C) in float64 within 1e-5, for every query
+    chunk; the plan counts the passes."""
+    from anchorlens.engine.call import trim_unseen_keys, visible_keys
+    from anchorlens.engine.kernel import KernelCall
+
+    g = torch.Generator().manual_seed(2)
+    b, h, kv, t, d = 2, 4, 2, 400, 8
+    q, k, v = (torch.randn(b, n, t, d, generator=g) for n in (h, kv, kv))
+    valid = torch.ones(b, t, dtype=torch.bool)
+    valid[0, -25:] = False  # right padding of the first example
+    mask = valid[:, None, None, :].expand(b, 1, t, t).clone()
+    if causal:
+        mask &= torch.ones(t, t, dtype=torch.bool).tril()
+    small = torch.zeros(b, t, 2)
+    small[:, [0, 3], 0] = 1.0
+    small[:, 17, 1] = 1.0
+    rest = valid.float()[..., None].clone()
+    rest[:, 5:9] = 0.0
+    dense = (torch.rand(b, t, d + 2, generator=g) < 0.5).float()  # 10 dense columns
+    columns = torch.cat([small, rest, dense], -1)
+    norms = torch.rand(b, h, t, generator=g) * 3
+    call = AttentionCall(q, k, v, mask, 0.3, False, None, None, None, None)
+    plan = KernelPlan.of(columns, None, t, d, value_sums=True)
+    # the output, 2 passes of the 10 dense columns, then the complement and the dense columns weighted: 2 more
+    assert plan.passes == 1 + 2 + 2
+    whole = KernelCall(call, columns, None, plan)
+    whole.weigh_values(norms)
+    _, probs, _ = _eager(q, k, v, mask, 0.3)
+    want = probs @ (columns.double()[:, None] * norms.double()[..., None])  # [B, H, Q, C]
+    for start, stop in [(0, t), (0, 130), (130, 400)]:
+        visible = trim_unseen_keys(visible_keys(call, start, stop))
+        got = whole.chunk(start, stop, visible).value_sums
+        assert got is not None
+        assert float((got - want[:, :, start:stop]).abs().max()) <= 1e-5, (start, stop)
 
 
 @pytest.mark.parametrize(("masked", "causal"), [(True, True), (True, False), (False, True), (False, False)])
