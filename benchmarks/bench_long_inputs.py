@@ -7,9 +7,10 @@ taken from the maps; skipped above ``--eager-max`` tokens, where its 30 stored m
 bytes), ``fast`` (anchorlens streaming, default reducers, default 512 MiB recompute budget, the materialised plan:
 what plan ``auto`` takes for the default reducers on a CPU), ``kernel`` (the same reducers under the kernel plan: the
 flash kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engine.kernel`). ``--reducers light`` streams
-role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's);
-``--reducers battery`` the default reducers and the sink battery (the mass each key receives: one more pass under the
-kernel plan, :meth:`anchorlens.engine.kernel.KernelCall.received`). A short input's
+role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's).
+``evidence`` (asked for in ``--modes``) streams the reducers of ``kernel`` and the evidence reducers sink battery and
+value mass under the kernel plan (the mass each key receives: one transposed pass; the value-weighted key sums: passes
+of per-head columns); its cost over ``kernel``'s is paired per round. A short input's
 forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
 and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
 eager paired per round) and peak RSS above the loaded model (MiB), per T.
@@ -35,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers: the sha
 
 from bench_peers import rotated  # noqa: E402
 
-MODES = ("plain", "eager", "fast", "kernel")
+MODES = ("plain", "eager", "fast", "kernel", "evidence")
+EVIDENCE = ("sink_battery", "value_mass")
 LIGHT = ("role_flow", "first_token", "decomposition")
 
 
@@ -83,8 +85,8 @@ def child(
             if reducers == "light":
                 made = [make_reducer(n) for n in LIGHT]
             else:
-                made = default_reducers(extra=["sink_battery"] if reducers == "battery" else [])
-            plan = "kernel" if mode == "kernel" else "materialised"
+                made = default_reducers(extra=EVIDENCE if mode == "evidence" else ())
+            plan = "materialised" if mode == "fast" else "kernel"
             stream_statistics(base, [b], made, options=CaptureOptions(plan=plan))
 
     run(warm)
@@ -110,8 +112,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--eager-max", type=int, default=2048)
     parser.add_argument("--min-seconds", type=float, default=4.0, help="CPU seconds each process spends forwarding")
-    parser.add_argument("--reducers", choices=("default", "light", "battery"), default="default")
-    parser.add_argument("--modes", default=",".join(MODES), help="a subset of plain,eager,fast,kernel")
+    parser.add_argument("--reducers", choices=("default", "light"), default="default")
+    parser.add_argument("--modes", default=",".join(MODES[:4]), help="a subset of " + ",".join(MODES))
     parser.add_argument(
         "--model", default="smollm2-135m", help="a base spec: tiny-llama (random, 4 layers) for 16k-32k tokens"
     )
@@ -163,12 +165,15 @@ def main() -> None:
     )
     print(
         "| T | materialised plan CPU / plain | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
-        "(rounds) | peak RSS above model: plain / materialised / kernel / eager (MiB) |"
+        "(rounds) | evidence (kernel plan) CPU / plain | evidence / kernel, paired (rounds) | peak RSS above model: "
+        "plain / materialised / kernel / eager / evidence (MiB) |"
     )
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     for length in lengths:
-        p, c, kern, e = (med(m, length, "cpu") for m in ("plain", "fast", "kernel", "eager"))
-        mp, mc, mk, me = (med(m, length, "above_model_mib") for m in ("plain", "fast", "kernel", "eager"))
+        p, c, kern, e, ev = (med(m, length, "cpu") for m in ("plain", "fast", "kernel", "eager", "evidence"))
+        mp, mc, mk, me, mv = (
+            med(m, length, "above_model_mib") for m in ("plain", "fast", "kernel", "eager", "evidence")
+        )
         assert p is not None and mp is not None, "every length measures the plain forward"
 
         def ratio(x: float | None, plain: float = p) -> str:
@@ -178,12 +183,14 @@ def main() -> None:
             return "-" if x is None else f"{x:.0f}"
 
         # capture / eager paired within each round (the two ran back to back), median and every round
-        paired = [f["cpu"] / g["cpu"] for f, g in zip(rows.get(("fast", length), []), rows.get(("eager", length), []))]
-        each = " / ".join(f"{x:.2f}" for x in paired)
-        vs_eager = "-" if not paired else f"{statistics.median(paired):.2f}x ({each})"
+        def paired(a: str, b: str, length: int = length) -> str:
+            each = [f["cpu"] / g["cpu"] for f, g in zip(rows.get((a, length), []), rows.get((b, length), []))]
+            rounds = " / ".join(f"{x:.2f}" for x in each)
+            return "-" if not each else f"{statistics.median(each):.2f}x ({rounds})"
+
         print(
-            f"| {length} | {ratio(c)} | {ratio(kern)} | {ratio(e)} | {vs_eager} | {mib(mp)} / {mib(mc)} / "
-            f"{mib(mk)} / {mib(me)} |"
+            f"| {length} | {ratio(c)} | {ratio(kern)} | {ratio(e)} | {paired('fast', 'eager')} | {ratio(ev)} | "
+            f"{paired('evidence', 'kernel')} | {mib(mp)} / {mib(mc)} / {mib(mk)} / {mib(me)} / {mib(mv)} |"
         )
 
 
