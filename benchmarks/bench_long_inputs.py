@@ -10,7 +10,8 @@ flash kernel's log-sum-exp, no probabilities materialised, :mod:`anchorlens.engi
 role flow, first token and decomposition only (no entropy: the kernel plan needs no pass beyond the output's).
 ``evidence`` (asked for in ``--modes``) streams the reducers of ``kernel`` and the evidence reducers sink battery and
 value mass under the kernel plan (the mass each key receives: one transposed pass; the value-weighted key sums: passes
-of per-head columns); its cost over ``kernel``'s is paired per round. A short input's
+of per-head columns); its cost over ``kernel``'s is paired per round; ``evidence-materialised`` the same reducers under
+the materialised plan. A short input's
 forward takes under a second, so each process repeats it until ``--min-seconds`` of CPU time have passed
 and reports the time per forward. Reported: CPU time ratio to plain (median over rounds, and capture /
 eager paired per round) and peak RSS above the loaded model (MiB), per T.
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_peers: the sha
 
 from bench_peers import rotated  # noqa: E402
 
-MODES = ("plain", "eager", "fast", "kernel", "evidence")
+MODES = ("plain", "eager", "fast", "kernel", "evidence", "evidence-materialised")
 EVIDENCE = ("sink_battery", "value_mass")
 LIGHT = ("role_flow", "first_token", "decomposition")
 
@@ -85,8 +86,8 @@ def child(
             if reducers == "light":
                 made = [make_reducer(n) for n in LIGHT]
             else:
-                made = default_reducers(extra=EVIDENCE if mode == "evidence" else ())
-            plan = "materialised" if mode == "fast" else "kernel"
+                made = default_reducers(extra=EVIDENCE if mode.startswith("evidence") else ())
+            plan = "materialised" if mode in ("fast", "evidence-materialised") else "kernel"
             stream_statistics(base, [b], made, options=CaptureOptions(plan=plan))
 
     run(warm)
@@ -165,15 +166,14 @@ def main() -> None:
     )
     print(
         "| T | materialised plan CPU / plain | kernel plan CPU / plain | eager CPU / plain | capture / eager, paired "
-        "(rounds) | evidence (kernel plan) CPU / plain | evidence / kernel, paired (rounds) | peak RSS above model: "
-        "plain / materialised / kernel / eager / evidence (MiB) |"
+        "(rounds) | evidence CPU / plain: materialised / kernel | evidence / kernel, paired (rounds) | peak RSS above "
+        "model: plain / materialised / kernel / eager / evidence materialised / evidence kernel (MiB) |"
     )
     print("|---|---|---|---|---|---|---|---|")
+    named = ("plain", "fast", "kernel", "eager", "evidence-materialised", "evidence")
     for length in lengths:
-        p, c, kern, e, ev = (med(m, length, "cpu") for m in ("plain", "fast", "kernel", "eager", "evidence"))
-        mp, mc, mk, me, mv = (
-            med(m, length, "above_model_mib") for m in ("plain", "fast", "kernel", "eager", "evidence")
-        )
+        p, c, kern, e, evm, ev = (med(m, length, "cpu") for m in named)
+        mp, mc, mk, me, mvm, mv = (med(m, length, "above_model_mib") for m in named)
         assert p is not None and mp is not None, "every length measures the plain forward"
 
         def ratio(x: float | None, plain: float = p) -> str:
@@ -189,8 +189,9 @@ def main() -> None:
             return "-" if not each else f"{statistics.median(each):.2f}x ({rounds})"
 
         print(
-            f"| {length} | {ratio(c)} | {ratio(kern)} | {ratio(e)} | {paired('fast', 'eager')} | {ratio(ev)} | "
-            f"{paired('evidence', 'kernel')} | {mib(mp)} / {mib(mc)} / {mib(mk)} / {mib(me)} / {mib(mv)} |"
+            f"| {length} | {ratio(c)} | {ratio(kern)} | {ratio(e)} | {paired('fast', 'eager')} | {ratio(evm)} / "
+            f"{ratio(ev)} | {paired('evidence', 'kernel')} | {mib(mp)} / {mib(mc)} / {mib(mk)} / {mib(me)} / "
+            f"{mib(mvm)} / {mib(mv)} |"
         )
 
 

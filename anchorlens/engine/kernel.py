@@ -213,7 +213,8 @@ def _small_set_probs(
 class KernelPlan:
     """How one forward's calls compute the statistics asked for: the split of the wanted columns and the kernel
     passes it costs (1 for the output and log-sum-exp; more for columns that are neither small nor of small
-    complement, for score sums, and for the received mass per key). Depends only on the columns and the key count: shared by a forward's layers."""
+    complement, for score sums, for the received mass per key and for value-weighted columns). Depends only on the
+    columns, the key count and what is read: shared by a forward's layers."""
 
     split: _Split | None
     key_count: int
