@@ -330,6 +330,16 @@ def test_choose_plan_names_the_reader_the_quantity_and_the_site():
     assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 2, "cpu", 4096) == (
         "materialised"
     )
+    # the evidence reducers' four passes: materialised at 8,192 keys, the kernel plan from 16,384 on
+    assert choose_plan("auto", frozenset({"received"}), readers, "decoder.3", lambda: None, lambda: 4, "cpu", 8192) == (
+        "materialised"
+    )
+    assert choose_plan(
+        "auto", frozenset({"received"}), readers, "decoder.3", lambda: None, lambda: 4, "cpu", 16384
+    ) == ("kernel")
+    assert choose_plan("auto", frozenset({"probs"}), readers, "decoder.3", lambda: None, lambda: 1, "cpu", 16384) == (
+        "materialised"  # the maps themselves: only materialised
+    )
     assert choose_plan("auto", frozenset({"key_sums"}), readers, "decoder.3", lambda: None, lambda: 2, "cpu", 8192) == (
         "kernel"
     )
