@@ -9,7 +9,7 @@ reducers' reads to the engine, which picks per call the cheapest plan that gives
 - ``key_sums`` [B, H, q, C]: probability sums over the sink's key columns (``key_columns``);
 - ``score_sums`` [B, H, q, S]: sum_j p_ij s_ij over the sink's score columns (``score_columns``), what an entropy
   needs with ``lse``;
-- ``received`` [B, H, K]: sum_i p_ij over the event's valid queries i, the mass each key receives (what a sink
+- ``received`` [B, H, K']: sum_i p_ij over the event's valid queries i, the mass each key receives (what a sink
   battery ranks keys by); the kernel plan computes it in one more pass (the attention transposed), the
   materialised plan sums ``probs``;
 - ``visible`` [B|1, H|1, q, K] bool: which keys each query can attend to after every edit;
@@ -36,9 +36,9 @@ LEARNED_SINK = "learned_sink"
 QUANTITIES = frozenset(
     {PROBS, SCORES, LSE, KEY_SUMS, SCORE_SUMS, RECEIVED, VISIBLE, VALUE_NORMS, VALUE_SUMS, LEARNED_SINK}
 )
-# what a reader that declares no ``reads`` is given: everything but the value norms (and the sums weighted by them),
-# which cost a projection per call
-# and need a module whose output is a projection of the concatenated heads (they are computed only when asked)
+# what a reader that declares no ``reads`` is given: everything but the value norms and the sums weighted by them,
+# which cost a projection per call and need a module whose output is a projection of the concatenated heads (they
+# are computed only when asked)
 UNDECLARED_READS = QUANTITIES - {VALUE_NORMS, VALUE_SUMS}
 # the materialised plan computes every quantity
 MATERIALISED_QUANTITIES = QUANTITIES
