@@ -26,6 +26,7 @@ model's own attention: no soft-capping, position bias, learned sinks or knockout
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -88,29 +89,42 @@ class KernelResult:
 
 
 class _Kernel:
-    """One call's inputs laid out for the kernel: heads expanded to the query heads, the mask made additive."""
+    """One call's inputs laid out for the kernel: the mask made additive; the keys as the call gives them (grouped
+    heads, where the kernel maps query heads to their group itself) and, built on first use, expanded to the query
+    heads (the small-set sums, per-head values and the transposed pass need them)."""
 
     def __init__(self, call: AttentionCall, additive: torch.Tensor | None = None) -> None:
-        h, d = call.query.shape[1], call.query.shape[3]
         self.call = call
         self.query = call.query
-        self.key = _expand_heads(call.key, h)
+        self.heads, self.width = call.query.shape[1], call.query.shape[3]
+        self.grouped = call.key  # [B, H_kv, K, D]
+        self.native_groups = call.key.shape[1] == self.heads or _kernel_groups_heads()
         self.mask = additive if additive is not None else additive_mask(call)
         self.causal = call.mask is None and call.causal
-        self.width = d
+
+    @functools.cached_property
+    def key(self) -> torch.Tensor:
+        """[B, H, K, D]: the keys of each query head (a copy where heads are grouped)."""
+        return _expand_heads(self.call.key, self.heads)
 
     def attend(self, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(P @ value [B, H, Q, D], LSE [B, H, Q]) for ``value`` [B, H|1, K, D]."""
-        value = value.expand(self.query.shape[0], self.query.shape[1], -1, -1)
+        """(P @ value [B, H, Q, D], LSE [B, H, Q]) for ``value`` [B, H|H_kv|1, K, D]: values shared by a group's
+        heads (or by all) go with the grouped keys, no copy of either."""
+        b = self.query.shape[0]
+        if self.native_groups and value.shape[1] != self.heads:
+            key, value = self.grouped, value.expand(b, self.grouped.shape[1], -1, -1)
+        else:
+            key, value = self.key, value.expand(b, self.heads, -1, -1)
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-            self.query, self.key, value, 0.0, self.causal, attn_mask=self.mask, scale=self.call.scaling
+            self.query, key, value, 0.0, self.causal, attn_mask=self.mask, scale=self.call.scaling
         )
         return out, lse
 
     def score_pass(self, keys: torch.Tensor) -> torch.Tensor:
         """[B, H, Q, 1]: scaling * q_i . (P @ keys)_i, the score sum sum_j p_ij s_ij when ``keys`` are the keys
-        ([B, H, K, D]; the keys times a weight per key give the weighted sum)."""
-        return (self.attend(keys)[0].float() * self.query.float()).sum(-1, keepdim=True) * self.call.scaling
+        ([B, H|H_kv, K, D]; the keys times a weight per key give the weighted sum)."""
+        summed = self.attend(keys)[0].float()
+        return torch.einsum("bhqd,bhqd->bhq", summed, self.query.float()).unsqueeze(-1) * self.call.scaling
 
     def columns_pass(self, columns: torch.Tensor) -> torch.Tensor:
         """P @ columns: [B, K, C] or per head [B, H, K, C] float32 -> [B, H, Q, C], in passes of up to D columns."""
@@ -121,6 +135,21 @@ class _Kernel:
             padded = torch.nn.functional.pad(part, (0, self.width - part.shape[-1]))
             parts.append(self.attend(padded)[0][..., : part.shape[-1]])
         return torch.cat(parts, -1)
+
+
+@functools.cache
+def _kernel_groups_heads() -> bool:
+    """Whether the flash kernel takes fewer key/value heads than query heads and gives query head h the group h //
+    (H / H_kv), as repeating each key/value head does (checked once on a tiny call)."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, n, 8, 4, generator=g) for n in (4, 2, 2))
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    try:
+        grouped = flash(q, k, v, 0.0, True, scale=0.5)[0]
+    except RuntimeError:
+        return False
+    repeated = flash(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 0.0, True, scale=0.5)[0]
+    return bool(torch.equal(grouped, repeated))
 
 
 def _expand_heads(tensor: torch.Tensor, heads: int) -> torch.Tensor:
@@ -195,7 +224,7 @@ def _small_set_probs(
     """P and scores of queries ``start:stop`` on the small set: ([B, H, q, N] float32 probabilities, [B, H, q, N]
     scores, 0 where hidden); lse [B, H, q, 1]; visible [B|1, 1, q, K'] (keys from K' on hidden) or the queries'
     :class:`KeySpan`."""
-    keys = kernel.key.index_select(2, small).float()
+    keys = _expand_heads(kernel.grouped.index_select(2, small), kernel.heads).float()
     scores = torch.matmul(kernel.query[:, :, start:stop].float(), keys.transpose(-1, -2)) * kernel.call.scaling
     if kernel.mask is not None:
         mask = kernel.mask[..., start:stop, :].index_select(-1, small).float()
@@ -270,7 +299,7 @@ class KernelCall:
         k_len = call.key.shape[2]
         self.plan = plan if plan is not None else KernelPlan.of(key_columns, score_columns, k_len, kernel.width)
         self.passes = self.plan.passes
-        out, lse = kernel.attend(_expand_heads(call.value, call.query.shape[1]))
+        out, lse = kernel.attend(call.value)
         self.output = out.transpose(1, 2).contiguous()
         self._lse = lse.float().unsqueeze(-1)  # [B, H, Q, 1]; queries that see no key are set per chunk
         self._columns = None if key_columns is None else key_columns[:, :k_len].float()
@@ -287,11 +316,12 @@ class KernelCall:
         self._score_total = self._score_passed = None
         if self._scored is not None and self._score_split is not None:
             # the score sum over every key a query sees: scaling * q_i . (P @ K)_i, one kernel pass
-            self._score_total = kernel.score_pass(kernel.key)
+            self._score_total = kernel.score_pass(kernel.grouped)
             if self._score_split.passes.any():
                 index = self._score_split.passes.nonzero().squeeze(1)
                 picked = self._scored.index_select(-1, index)  # [B, K, n]: P @ (K * w) per weighted column
-                weighted = [kernel.key * picked[:, None, :, i, None].to(kernel.key.dtype) for i in range(len(index))]
+                grouped = kernel.grouped
+                weighted = [grouped * picked[:, None, :, i, None].to(grouped.dtype) for i in range(len(index))]
                 self._score_passed = torch.stack([kernel.score_pass(keys)[..., 0] for keys in weighted], -1)
 
     def weigh_values(self, norms: torch.Tensor) -> None:
@@ -377,7 +407,8 @@ class KernelCall:
             seen = torch.matmul(weights[:, None, None, :].float(), visible.float())[:, :, 0]  # [B, 1, K']
         weighted = (weights[:, None, :] > 0) & sees  # [B, 1, q]
         bias = torch.where(weighted, weights[:, None, :].clamp_min(_TINY).log() - self._lse[:, :, start:stop, 0], _FAR)
-        askers = torch.nn.functional.pad(kernel.key[:, :, :k_len].float() * kernel.call.scaling, (0, 1), value=1.0)
+        keys = _expand_heads(kernel.grouped[:, :, :k_len], kernel.heads)
+        askers = torch.nn.functional.pad(keys.float() * kernel.call.scaling, (0, 1), value=1.0)
         answers = torch.cat([kernel.query[:, :, start:stop].float(), bias[..., None]], -1)  # [B, H, q, D + 1]
         if kernel.mask is not None:
             mask = kernel.mask[..., start:stop, :k_len].transpose(-1, -2).contiguous()  # [B|1, 1, K', q]
