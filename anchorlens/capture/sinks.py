@@ -9,7 +9,7 @@ import torch
 from anchorlens.capture.event import AttentionEvent, HiddenEvent
 from anchorlens.capture.maps import AttentionMaps, StackMaps
 from anchorlens.capture.reducer import Reducer, reads_of
-from anchorlens.engine.quantities import PROBS, VALUE_NORMS, VISIBLE
+from anchorlens.engine.quantities import PROBS, VALUE_NORMS, VALUE_SUMS, VISIBLE
 from anchorlens.roles.encoding import Encoded
 from anchorlens.roles.kinds import GUIDANCE_ROLES, Role
 from anchorlens.roles.layout import Layout
@@ -49,8 +49,8 @@ class StreamSink:
 
     @property
     def wants_value_norms(self) -> bool:
-        """Whether some reducer reads the events' ``value_norms``."""
-        return VALUE_NORMS in self.reads
+        """Whether some reducer reads the events' ``value_norms``, or the key sums weighted by them (``value_sums``)."""
+        return bool(self.reads & {VALUE_NORMS, VALUE_SUMS})
 
     @property
     def wants_hidden(self) -> bool:

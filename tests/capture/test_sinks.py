@@ -59,3 +59,21 @@ def test_columns_that_differ_are_joined_and_each_reducer_finds_its_own():
     ]
     assert torch.equal(joined[..., shared.shape[-1] :], mine) and torch.equal(joined[..., : shared.shape[-1]], shared)
     assert sink.column_parts(torch.ones(2, 4, 1)) == ()  # a tensor it did not join
+
+
+class _ValueSumsReader:
+    """A reducer that reads the value-weighted key sums alone (not the norms themselves)."""
+
+    name = "value_sums_reader"
+    reads = frozenset({"value_sums", "visible"})
+
+    def update(self, event):  # pragma: no cover - never run here
+        pass
+
+
+def test_value_norms_are_computed_for_a_reader_of_value_sums_alone():
+    """The engine weighs key columns by the value norms, so a sink whose reducers read ``value_sums`` wants the norms
+    computed even when none reads ``value_norms`` by name; the default reducers want neither."""
+    assert StreamSink([_ValueSumsReader()]).wants_value_norms
+    assert StreamSink([make_reducer("value_mass")]).wants_value_norms
+    assert not StreamSink(default_reducers()).wants_value_norms
