@@ -189,6 +189,12 @@ class _Split:
     is_complement: torch.Tensor
     passes: torch.Tensor
 
+    @property
+    def key_by_key(self) -> torch.Tensor:
+        """[C] bool: the columns summed key by key on the small set (neither the rest of a total nor in a pass); the
+        only ones whose sums stay exact on the small set when every key is weighted differently per head."""
+        return ~(self.passes | self.is_complement)
+
     @classmethod
     def of(cls, columns: torch.Tensor) -> _Split:
         """Split ``columns`` [B, K, C] (weights; 0/1 indicators for the complement rule to apply)."""
@@ -270,8 +276,7 @@ class KernelPlan:
             c = 0 if key_columns is None else key_columns.shape[-1]
             passes += -(-int(split.passes[:c].sum()) // width)  # up to D columns per pass
             if value_sums and key_columns is not None:  # weighted per head: only columns summed key by key skip a pass
-                weighed = split.passes[:c] | split.is_complement[:c]
-                passes += -(-int(weighed.sum()) // width)
+                passes += -(-int((~split.key_by_key[:c]).sum()) // width)
             if score_columns is not None:
                 passes += 1 + int(split.passes[c:].sum())  # the total, then one pass per weighted column
         return cls(split, key_count, passes)
@@ -334,17 +339,12 @@ class KernelCall:
             raise ValueError("value sums weigh the key columns: give the call key columns")
         k_len = self._columns.shape[1]
         self._norms = norms[..., :k_len].float()
-        direct = self._direct_columns()
+        direct = split.key_by_key
         self._value_passed = None  # [B, H, Q, C_pass]
         if (~direct).any():
             index = (~direct).nonzero().squeeze(1)
             weighted = self._columns.index_select(-1, index)[:, None] * self._norms[..., None]  # [B, H, K, n]
             self._value_passed = self._kernel.columns_pass(weighted)
-
-    def _direct_columns(self) -> torch.Tensor:
-        """[C] bool: the key columns summed key by key on the small set (neither a complement nor a pass)."""
-        assert self._key_split is not None
-        return ~(self._key_split.passes | self._key_split.is_complement)
 
     def _value_sums(self, small: torch.Tensor | None, start: int, stop: int, shape: torch.Size) -> torch.Tensor:
         """[B, H, q, C] the value-weighted key sums of queries ``start:stop`` (:meth:`weigh_values`); small: [B, H,
@@ -353,7 +353,7 @@ class KernelCall:
         assert split is not None and self._norms is not None
         b, h, q = shape[0], shape[1], shape[2]
         out = torch.zeros(b, h, q, split.passes.shape[0], dtype=torch.float32, device=self._norms.device)
-        direct = self._direct_columns()
+        direct = split.key_by_key
         if small is not None and direct.any():
             at = self._norms.index_select(-1, split.small)[..., None] * split.direct[:, None]  # [B, H, N, C]
             out = out + torch.where(direct, torch.matmul(small, at), 0.0)
